@@ -1,0 +1,246 @@
+-- litebase_streams: the tables, views and SQL functions users see.
+-- Loaded by CREATE EXTENSION after the Rust functions (src/*.rs) exist.
+
+-- Refuse to install into a server that did not preload the library or does
+-- not record commit timestamps: the error says what to add to postgresql.conf.
+SELECT streams._require_preload();
+
+-------------------------------------------------------------------------------
+-- Storage. Write only through streams.publish / publish_batch: they announce
+-- each position in shared memory, which is what keeps late commits visible.
+-------------------------------------------------------------------------------
+
+-- Positions: one global timeline per database. CACHE 1 is required (a
+-- backend-local cache would hand out positions the worker cannot see).
+CREATE SEQUENCE streams.position_seq AS bigint CACHE 1 NO CYCLE;
+
+-- Every event ever published (final or not yet final).
+CREATE TABLE streams.event_log (
+    position bigint PRIMARY KEY,
+    stream   text COLLATE "C" NOT NULL,
+    tx       xid8 NOT NULL,
+    data     jsonb NOT NULL
+);
+CREATE INDEX event_log_stream_position ON streams.event_log (stream, position);
+
+-- One row per publishing transaction, written by the worker as the horizon
+-- passes the transaction's first event: its commit time and first position.
+CREATE TABLE streams.transactions (
+    tx             xid8 PRIMARY KEY,
+    committed_at   timestamptz NOT NULL,
+    first_position bigint NOT NULL
+);
+CREATE INDEX transactions_committed_at ON streams.transactions (committed_at) INCLUDE (first_position);
+
+-- The persisted horizon: every position at or below it is final. One row,
+-- written by the worker in the transaction that delivers the events.
+CREATE TABLE streams.horizon_state (
+    id      boolean PRIMARY KEY DEFAULT true CHECK (id),
+    horizon bigint NOT NULL
+);
+
+-- pg_dump keeps the events (extension tables are otherwise skipped).
+SELECT pg_catalog.pg_extension_config_dump('streams.event_log', '');
+SELECT pg_catalog.pg_extension_config_dump('streams.transactions', '');
+SELECT pg_catalog.pg_extension_config_dump('streams.horizon_state', '');
+SELECT pg_catalog.pg_extension_config_dump('streams.position_seq', '');
+
+-- Immutability: UPDATE, DELETE and TRUNCATE of stored events fail for
+-- everyone, owner and superusers included (ENABLE ALWAYS: also under
+-- session_replication_role = replica).
+CREATE FUNCTION streams._refuse_change() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'streams: stored events are immutable; % on %.% is not allowed',
+        TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME
+        USING ERRCODE = 'object_not_in_prerequisite_state',
+              HINT = 'Publish a new event that corrects or supersedes the old one.';
+END
+$$;
+COMMENT ON FUNCTION streams._refuse_change() IS 'Trigger: refuses UPDATE, DELETE and TRUNCATE of stored events.';
+
+CREATE TRIGGER event_log_immutable BEFORE UPDATE OR DELETE OR TRUNCATE ON streams.event_log
+    FOR EACH STATEMENT EXECUTE FUNCTION streams._refuse_change();
+CREATE TRIGGER transactions_immutable BEFORE UPDATE OR DELETE OR TRUNCATE ON streams.transactions
+    FOR EACH STATEMENT EXECUTE FUNCTION streams._refuse_change();
+ALTER TABLE streams.event_log ENABLE ALWAYS TRIGGER event_log_immutable;
+ALTER TABLE streams.transactions ENABLE ALWAYS TRIGGER transactions_immutable;
+
+-------------------------------------------------------------------------------
+-- Reading
+-------------------------------------------------------------------------------
+
+-- streams.horizon() -> bigint
+-- The highest final position: every event at or below it is committed and
+-- visible, and no event at or below it will ever appear later.
+CREATE FUNCTION streams.horizon() RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT coalesce((SELECT horizon FROM streams.horizon_state), 0)
+$$;
+
+-- streams.events: final events only (position <= horizon, as this reader's
+-- snapshot sees it). Query it with plain SQL; its indexes serve ranges by
+-- position, by (stream, position), by time and by tx.
+CREATE VIEW streams.events AS
+SELECT e.position, e.stream, t.committed_at AS "time", e.tx, e.data
+FROM streams.event_log e
+JOIN streams.transactions t ON t.tx = e.tx
+WHERE e.position <= (SELECT h.horizon FROM streams.horizon_state h);
+
+COMMENT ON VIEW streams.events IS 'Final events: position, stream, time (commit time), tx (xid8), data.';
+COMMENT ON COLUMN streams.events.position IS 'Place on the database''s global timeline; readers never see a lower one appear later.';
+COMMENT ON COLUMN streams.events.stream IS 'Stream name, also the LISTEN channel.';
+COMMENT ON COLUMN streams.events."time" IS 'Commit time of the publishing transaction.';
+COMMENT ON COLUMN streams.events.tx IS 'The publishing transaction (xid8); joins to xmin of the rows it wrote via tx::xid.';
+COMMENT ON COLUMN streams.events.data IS 'The published payload.';
+
+-- streams.get(position bigint) -> streams.events
+-- One final event by position, or null if there is none (or not yet).
+CREATE FUNCTION streams.get("position" bigint) RETURNS streams.events
+LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$
+    SELECT e.* FROM streams.events e WHERE e.position = get."position"
+$$;
+
+-- streams.replay(stream, after, since, from_tx, max_events) -> setof streams.events
+-- Final events in position order, at most max_events of them.
+--   stream     exact name, a prefix pattern ('payment.*'), '*' or null (all streams)
+--   after      positions greater than this
+--   since      events committed at or after this time
+--   from_tx    from that transaction's first event on (the whole timeline, not just its events)
+--   none       from the beginning
+-- At most one of after/since/from_tx. To page, continue with after => the last position seen.
+CREATE FUNCTION streams.replay(
+    stream     text        DEFAULT NULL,
+    after      bigint      DEFAULT NULL,
+    since      timestamptz DEFAULT NULL,
+    from_tx    xid8        DEFAULT NULL,
+    max_events integer     DEFAULT 1000
+) RETURNS SETOF streams.events
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    start_after bigint := 0;
+    exact_name  text;
+    low_name    text;
+    high_name   text;
+BEGIN
+    IF num_nonnulls(replay.after, replay.since, replay.from_tx) > 1 THEN
+        RAISE EXCEPTION 'streams.replay: give at most one of after, since and from_tx'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'after => a position, since => a time, or from_tx => a transaction id.';
+    END IF;
+    IF replay.max_events IS NULL THEN
+        RAISE EXCEPTION 'streams.replay: max_events must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF replay.max_events < 0 THEN
+        RAISE EXCEPTION 'streams.replay: max_events must be zero or more, not %', replay.max_events
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF replay.stream IS NOT NULL THEN
+        SELECT s.exact, s.prefix_low, s.prefix_high INTO exact_name, low_name, high_name
+        FROM streams._stream_selector(replay.stream) s;
+    END IF;
+
+    IF replay.after IS NOT NULL THEN
+        start_after := replay.after;
+    ELSIF replay.since IS NOT NULL THEN
+        -- The first final event committed at or after `since`; the time filter
+        -- below drops earlier commits that sit later on the timeline.
+        SELECT min(t.first_position) - 1 INTO start_after
+        FROM streams.transactions t WHERE t.committed_at >= replay.since;
+    ELSIF replay.from_tx IS NOT NULL THEN
+        SELECT t.first_position - 1 INTO start_after
+        FROM streams.transactions t WHERE t.tx = replay.from_tx;
+    END IF;
+    IF start_after IS NULL THEN
+        RETURN; -- no such time or transaction among the final events (yet)
+    END IF;
+
+    IF exact_name IS NOT NULL THEN
+        RETURN QUERY SELECT e.* FROM streams.events e
+            WHERE e.stream = exact_name AND e.position > start_after
+              AND (replay.since IS NULL OR e."time" >= replay.since)
+            ORDER BY e.position LIMIT replay.max_events;
+    ELSIF low_name IS NOT NULL THEN
+        RETURN QUERY SELECT e.* FROM streams.events e
+            WHERE e.stream >= low_name AND e.stream < high_name AND e.position > start_after
+              AND (replay.since IS NULL OR e."time" >= replay.since)
+            ORDER BY e.position LIMIT replay.max_events;
+    ELSE
+        RETURN QUERY SELECT e.* FROM streams.events e
+            WHERE e.position > start_after
+              AND (replay.since IS NULL OR e."time" >= replay.since)
+            ORDER BY e.position LIMIT replay.max_events;
+    END IF;
+END
+$$;
+
+-------------------------------------------------------------------------------
+-- Publishing
+-------------------------------------------------------------------------------
+
+-- streams.publish(stream text, data jsonb) -> bigint
+-- Append one event in the caller's transaction and return its position. It
+-- becomes visible (streams.events, LISTEN "<stream>") once the transaction
+-- commits and every transaction that published before it has finished.
+-- SECURITY DEFINER: granting EXECUTE is enough to publish; the body names
+-- every object with its schema.
+CREATE FUNCTION streams.publish(stream text, data jsonb) RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER AS $$
+    INSERT INTO streams.event_log (position, stream, tx, data)
+    VALUES (streams._allocate_position(publish.stream, publish.data IS NULL),
+            publish.stream, pg_catalog.pg_current_xact_id(), publish.data)
+    RETURNING event_log.position
+$$;
+
+-- streams.publish_batch(stream text, data jsonb[]) -> setof bigint
+-- Append one event per array element, positions increasing in array order.
+CREATE FUNCTION streams.publish_batch(stream text, data jsonb[]) RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER AS $$
+BEGIN
+    IF publish_batch.data IS NULL THEN
+        RAISE EXCEPTION 'data must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    RETURN QUERY
+    INSERT INTO streams.event_log (position, stream, tx, data)
+    SELECT streams._allocate_position(publish_batch.stream, d.item IS NULL),
+           publish_batch.stream, pg_catalog.pg_current_xact_id(), d.item
+    FROM pg_catalog.unnest(publish_batch.data) WITH ORDINALITY AS d(item, n)
+    ORDER BY d.n
+    RETURNING event_log.position;
+END
+$$;
+
+-------------------------------------------------------------------------------
+-- Operations
+-------------------------------------------------------------------------------
+
+-- streams.status: one row. horizon; newest_position (the newest allocated
+-- position, final or not); the worker's pid, state, delivered position and
+-- lag; and, when an open publishing transaction holds the horizon back, its
+-- pid, position, xid and age (set idle_in_transaction_session_timeout!).
+CREATE VIEW streams.status AS
+SELECT streams.horizon() AS horizon,
+       w.newest_position,
+       w.worker_pid,
+       w.worker_state,
+       w.delivered_position,
+       w.newest_position - w.delivered_position AS lag_positions,
+       w.holder_pid,
+       w.holder_position,
+       a.backend_xid AS holder_xid,
+       now() - a.xact_start AS holder_age
+FROM streams._worker_status() w
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = w.holder_pid;
+
+COMMENT ON VIEW streams.status IS 'Horizon, newest position, worker state and lag, and what holds the horizon back.';
+
+-- Privileges: nothing for PUBLIC. Grant per role, e.g.
+--   GRANT USAGE ON SCHEMA streams TO app;
+--   GRANT EXECUTE ON FUNCTION streams.publish(text, jsonb) TO app;
+--   GRANT SELECT ON streams.events TO app;
+REVOKE ALL ON ALL TABLES IN SCHEMA streams FROM PUBLIC;
+REVOKE ALL ON SEQUENCE streams.position_seq FROM PUBLIC;
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA streams FROM PUBLIC;
+
+-- Start this database's worker when CREATE EXTENSION commits.
+SELECT streams._launch_worker();

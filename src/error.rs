@@ -1,0 +1,116 @@
+//! The one error type of litebase_streams, and the one place where each kind of
+//! failure gets its SQLSTATE, message and hint.
+//!
+//! Functions return `Result<_, StreamsError>`; `raise` turns an error into a
+//! PostgreSQL ERROR, so a user always learns about bad input through a SQLSTATE,
+//! never through a panic.
+
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::{function_name, PgLogLevel, PgSqlErrorCode};
+use std::fmt;
+
+use crate::notify::STREAM_NAME_RULE;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamsError {
+    /// A stream name (or pattern) that breaks the naming rule.
+    InvalidStreamName { name: String, reason: &'static str },
+    /// A NULL where a value is required; names the argument.
+    NullArgument(&'static str),
+    /// An argument outside its allowed range; the message says which.
+    InvalidArgument(String),
+    /// The library was not loaded through `shared_preload_libraries`, or
+    /// `track_commit_timestamp` is off.
+    NotPreloaded { preloaded: bool, commit_timestamps: bool },
+    /// This backend's slot number does not fit the shared slot table.
+    NoPublisherSlot(i32),
+    /// A transaction that published events tried to PREPARE.
+    PreparedPublish,
+}
+
+impl fmt::Display for StreamsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StreamsError::InvalidStreamName { name, reason } => write!(
+                f,
+                "invalid stream name \"{}\": {reason}; {STREAM_NAME_RULE}",
+                name.escape_default()
+            ),
+            StreamsError::NullArgument(arg) => write!(f, "{arg} must not be null"),
+            StreamsError::InvalidArgument(msg) => f.write_str(msg),
+            StreamsError::NotPreloaded { .. } => {
+                f.write_str("litebase_streams needs shared_preload_libraries and track_commit_timestamp")
+            }
+            StreamsError::NoPublisherSlot(procno) => {
+                write!(f, "backend slot {procno} is outside litebase_streams' shared slot table")
+            }
+            StreamsError::PreparedPublish => f.write_str(
+                "cannot PREPARE a transaction that published events with litebase_streams",
+            ),
+        }
+    }
+}
+
+impl StreamsError {
+    pub fn sqlstate(&self) -> PgSqlErrorCode {
+        match self {
+            StreamsError::InvalidStreamName { .. } | StreamsError::InvalidArgument(_) => {
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
+            }
+            StreamsError::NullArgument(_) => PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            StreamsError::NotPreloaded { .. } => {
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
+            }
+            StreamsError::NoPublisherSlot(_) => PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            StreamsError::PreparedPublish => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+        }
+    }
+
+    fn hint(&self) -> Option<String> {
+        match self {
+            StreamsError::NotPreloaded { preloaded, commit_timestamps } => {
+                let mut missing = Vec::new();
+                if !preloaded {
+                    missing.push("shared_preload_libraries = 'litebase_streams'");
+                }
+                if !commit_timestamps {
+                    missing.push("track_commit_timestamp = on");
+                }
+                Some(format!(
+                    "Add {} to postgresql.conf (keep any libraries already listed in \
+                     shared_preload_libraries), then restart the server.",
+                    missing.join(" and ")
+                ))
+            }
+            StreamsError::PreparedPublish => Some(
+                "Publish from a transaction that commits directly; two-phase commit is not supported."
+                    .into(),
+            ),
+            StreamsError::NoPublisherSlot(_) => {
+                Some("Restart the server so the slot table is sized for max_connections.".into())
+            }
+            _ => None,
+        }
+    }
+
+    /// Raise this error as a PostgreSQL ERROR. Does not return.
+    pub fn raise(self) -> ! {
+        let mut report = ErrorReport::new(self.sqlstate(), self.to_string(), function_name!());
+        if let Some(hint) = self.hint() {
+            report = report.set_hint(hint);
+        }
+        report.report(PgLogLevel::ERROR);
+        unreachable!("an ERROR report does not return")
+    }
+}
+
+/// `?`-friendly: unwrap a result or raise its error.
+pub trait OrRaise<T> {
+    fn or_raise(self) -> T;
+}
+
+impl<T> OrRaise<T> for Result<T, StreamsError> {
+    fn or_raise(self) -> T {
+        self.unwrap_or_else(|e| e.raise())
+    }
+}

@@ -1,0 +1,124 @@
+//! litebase_streams: real-time, append-only, replayable event streams inside
+//! PostgreSQL.
+//!
+//! * publish.rs: the publish path and its transaction callback;
+//! * horizon.rs: the no-missed-event invariant and the horizon arithmetic;
+//! * shmem.rs: the state publishers and workers share;
+//! * worker.rs, delivery.rs: the background workers and their delivery round;
+//! * notify.rs: stream names and notification payloads;
+//! * replay.rs, status.rs: SQL helpers behind `streams.replay` and `streams.status`;
+//! * utility.rs: keeps DROP DATABASE working;
+//! * sql/: the tables, views and SQL functions users see.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use pgrx::prelude::*;
+
+mod delivery;
+mod error;
+mod gucs;
+mod horizon;
+mod notify;
+mod pg_decls;
+mod publish;
+mod replay;
+mod shmem;
+mod status;
+mod utility;
+mod worker;
+
+use error::{OrRaise, StreamsError};
+
+::pgrx::pg_module_magic!();
+
+extension_sql_file!("../sql/streams.sql", name = "streams_schema", finalize);
+
+/// Set when `_PG_init` ran from `shared_preload_libraries` (inherited by every
+/// backend the postmaster forks).
+static PRELOADED: AtomicBool = AtomicBool::new(false);
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    gucs::init();
+    if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        return; // CREATE EXTENSION reports what is missing (require_preload)
+    }
+    PRELOADED.store(true, Ordering::Relaxed);
+    unsafe {
+        shmem::init();
+        publish::init();
+        utility::init();
+    }
+    worker::init();
+}
+
+/// Everything the extension needs from the server's configuration.
+pub fn require_preload() -> Result<(), StreamsError> {
+    let preloaded = PRELOADED.load(Ordering::Relaxed) && shmem::available();
+    let commit_timestamps = unsafe { pg_sys::track_commit_timestamp };
+    if preloaded && commit_timestamps {
+        Ok(())
+    } else {
+        Err(StreamsError::NotPreloaded { preloaded, commit_timestamps })
+    }
+}
+
+/// Fails unless the library is preloaded and commit timestamps are on; the
+/// extension script calls it first, so CREATE EXTENSION says what to fix.
+#[pg_extern(volatile)]
+fn _require_preload() {
+    require_preload().or_raise();
+}
+
+/// Start this database's worker once the calling transaction (CREATE
+/// EXTENSION) ends. Warns when no background worker slot is free.
+#[pg_extern(volatile)]
+fn _launch_worker() -> bool {
+    require_preload().or_raise();
+    let (db, xid) = unsafe { (pg_sys::MyDatabaseId, pg_sys::GetTopTransactionId()) };
+    let launched = worker::launch(db, Some(xid.into_inner()));
+    if !launched {
+        ereport!(
+            PgLogLevel::WARNING,
+            PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            "litebase_streams: no free background worker slot; events are stored but not delivered live",
+            "Raise max_worker_processes and restart the server."
+        );
+    }
+    launched
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn publish_returns_increasing_positions() {
+        let a = Spi::get_one::<i64>("SELECT streams.publish('t.a', '{\"n\":1}')").unwrap().unwrap();
+        let b = Spi::get_one::<i64>("SELECT streams.publish('t.a', '{\"n\":2}')").unwrap().unwrap();
+        assert!(b > a);
+    }
+
+    #[pg_test(error = "invalid stream name \"bad name\": it contains a character outside [A-Za-z0-9_.:-]; a stream name is 1 to 63 bytes of letters, digits, '_', '.', ':' or '-', starting with a letter, digit or '_'")]
+    fn publish_rejects_a_bad_stream_name() {
+        Spi::run("SELECT streams.publish('bad name', '{}')").unwrap();
+    }
+
+    #[pg_test(error = "streams: stored events are immutable; DELETE on streams.event_log is not allowed")]
+    fn stored_events_cannot_be_deleted() {
+        Spi::run("SELECT streams.publish('t.a', '{}')").unwrap();
+        Spi::run("DELETE FROM streams.event_log").unwrap();
+    }
+}
+
+/// Used by `cargo pgrx test`: the server it starts needs the same settings as
+/// production.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec!["shared_preload_libraries = 'litebase_streams'", "track_commit_timestamp = on"]
+    }
+}

@@ -1,0 +1,245 @@
+//! Stream names, stream patterns and notification payloads: pure functions,
+//! unit-tested without a server.
+//!
+//! A stream's name is also its LISTEN channel, so names obey PostgreSQL's channel
+//! limit (63 bytes) and a character set that needs no quoting surprises in any
+//! client. A payload is the event as compact JSON; when it would not fit in one
+//! notification it is sent without `data` and marked `"truncated": true`.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use crate::error::StreamsError;
+
+pub const MAX_STREAM_NAME_BYTES: usize = 63;
+pub const STREAM_NAME_RULE: &str = "a stream name is 1 to 63 bytes of letters, digits, '_', '.', ':' \
+     or '-', starting with a letter, digit or '_'";
+
+/// PostgreSQL refuses payloads of 8000 bytes or more (with the default block size).
+pub const MAX_PAYLOAD_BYTES: usize = 7999;
+
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-')
+}
+
+fn invalid(name: &str, reason: &'static str) -> StreamsError {
+    StreamsError::InvalidStreamName { name: name.to_owned(), reason }
+}
+
+/// Check a stream name against the naming rule.
+pub fn validate_stream_name(name: &str) -> Result<(), StreamsError> {
+    let bytes = name.as_bytes();
+    match bytes.first() {
+        None => return Err(invalid(name, "it is empty")),
+        Some(&b) if !(b.is_ascii_alphanumeric() || b == b'_') => {
+            return Err(invalid(name, "it must start with a letter, digit or '_'"))
+        }
+        _ => {}
+    }
+    if bytes.len() > MAX_STREAM_NAME_BYTES {
+        return Err(invalid(name, "it is longer than 63 bytes"));
+    }
+    if !bytes.iter().all(|&b| is_name_byte(b)) {
+        return Err(invalid(name, "it contains a character outside [A-Za-z0-9_.:-]"));
+    }
+    Ok(())
+}
+
+/// What a `stream` argument of `streams.replay` selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamSelector {
+    /// One stream, by exact name.
+    Exact(String),
+    /// Every stream whose name starts with the prefix: the half-open byte range
+    /// `[prefix, upper)`, which a btree on a `COLLATE "C"` column can scan.
+    Prefix { prefix: String, upper: String },
+    /// Every stream (the pattern `*`).
+    All,
+}
+
+/// Parse `name`, `prefix*` or `*`.
+pub fn parse_stream_selector(pattern: &str) -> Result<StreamSelector, StreamsError> {
+    let Some(prefix) = pattern.strip_suffix('*') else {
+        validate_stream_name(pattern)?;
+        return Ok(StreamSelector::Exact(pattern.to_owned()));
+    };
+    if prefix.is_empty() {
+        return Ok(StreamSelector::All);
+    }
+    if prefix.contains('*') {
+        return Err(invalid(pattern, "'*' may appear only once, at the end of a pattern"));
+    }
+    validate_stream_name(prefix)?;
+    // Every name byte is ASCII below 0x7f, so bumping the last byte gives the
+    // smallest string greater than every name with this prefix.
+    let mut upper = prefix.as_bytes().to_vec();
+    *upper.last_mut().expect("prefix is not empty") += 1;
+    let upper = String::from_utf8(upper).expect("ASCII stays ASCII");
+    Ok(StreamSelector::Prefix { prefix: prefix.to_owned(), upper })
+}
+
+/// One final event, as the worker reads it for delivery.
+#[derive(Debug, Clone)]
+pub struct Event<'a> {
+    pub position: i64,
+    pub stream: &'a str,
+    /// Commit time, microseconds since the Unix epoch.
+    pub time_us: i64,
+    pub tx: i64,
+    /// The event's data as JSON text (jsonb's output form).
+    pub data: &'a str,
+}
+
+#[derive(Serialize)]
+struct Payload<'a> {
+    position: i64,
+    stream: &'a str,
+    time: String,
+    tx: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    truncated: bool,
+}
+
+/// RFC 3339, UTC, microseconds, `Z`: `2026-11-30T01:02:03.000004Z`.
+pub fn format_time(unix_us: i64) -> String {
+    let time = chrono::DateTime::from_timestamp_micros(unix_us).unwrap_or_default();
+    time.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// Drop the whitespace jsonb's output puts after `:` and `,` (and any other
+/// insignificant whitespace), leaving string contents untouched.
+pub fn compact_json(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !c.is_ascii_whitespace() {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The notification payload of an event: compact JSON, or the truncated form
+/// (no `data`, `"truncated": true`) when the full one would not fit.
+pub fn encode_payload(event: &Event<'_>) -> Result<String, serde_json::Error> {
+    // RawValue validates the JSON and keeps numbers exactly as stored
+    // (49.00 stays 49.00) without building a tree.
+    let data = RawValue::from_string(compact_json(event.data))?;
+    let mut payload = Payload {
+        position: event.position,
+        stream: event.stream,
+        time: format_time(event.time_us),
+        tx: event.tx,
+        data: Some(&data),
+        truncated: false,
+    };
+    let full = serde_json::to_string(&payload)?;
+    if full.len() <= MAX_PAYLOAD_BYTES {
+        return Ok(full);
+    }
+    payload.data = None;
+    payload.truncated = true;
+    serde_json::to_string(&payload)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_names_that_follow_the_rule() {
+        for name in ["payment.success", "a", "_x", "9lives", "orders:eu-west_1", &"a".repeat(63)] {
+            assert_eq!(validate_stream_name(name), Ok(()), "{name}");
+        }
+    }
+
+    #[test]
+    fn rejects_names_that_break_the_rule() {
+        for name in ["", ".hidden", "-x", ":x", "has space", "semi;colon", "quote\"", "é", &"a".repeat(64)] {
+            assert!(validate_stream_name(name).is_err(), "{name:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn prefix_pattern_covers_exactly_the_prefixed_names() {
+        let StreamSelector::Prefix { prefix, upper } = parse_stream_selector("payment.*").unwrap()
+        else {
+            panic!("expected a prefix selector");
+        };
+        assert_eq!((prefix.as_str(), upper.as_str()), ("payment.", "payment/"));
+        let inside = |s: &str| s >= prefix.as_str() && s < upper.as_str();
+        assert!(inside("payment.success") && inside("payment.") && inside("payment.~"));
+        assert!(!inside("payment") && !inside("paymentx") && !inside("payments.x"));
+    }
+
+    #[test]
+    fn selector_forms() {
+        assert_eq!(parse_stream_selector("*").unwrap(), StreamSelector::All);
+        assert_eq!(
+            parse_stream_selector("orders").unwrap(),
+            StreamSelector::Exact("orders".into())
+        );
+        assert!(parse_stream_selector("a*b*").is_err());
+        assert!(parse_stream_selector("bad name*").is_err());
+    }
+
+    #[test]
+    fn time_is_rfc3339_utc_with_microseconds() {
+        assert_eq!(format_time(1_700_000_000_000_001), "2023-11-14T22:13:20.000001Z");
+        assert_eq!(format_time(0), "1970-01-01T00:00:00.000000Z");
+    }
+
+    fn event(data: &str) -> Event<'_> {
+        Event { position: 7, stream: "payment.success", time_us: 1_700_000_000_000_001, tx: 812, data }
+    }
+
+    #[test]
+    fn payload_is_compact_and_keeps_numbers_exact() {
+        let payload = encode_payload(&event(r#"{"amount": 49.00, "order_id": "ord_123"}"#)).unwrap();
+        assert_eq!(
+            payload,
+            r#"{"position":7,"stream":"payment.success","time":"2023-11-14T22:13:20.000001Z","tx":812,"data":{"amount":49.00,"order_id":"ord_123"}}"#
+        );
+    }
+
+    #[test]
+    fn compaction_keeps_whitespace_inside_strings() {
+        assert_eq!(
+            compact_json(r#"{"a b": "c, d: \"e f\"", "n": [1, 2]}"#),
+            r#"{"a b":"c, d: \"e f\"","n":[1,2]}"#
+        );
+    }
+
+    #[test]
+    fn oversized_payload_is_sent_truncated_without_data() {
+        let big = format!(r#"{{"blob": "{}"}}"#, "x".repeat(20_000));
+        let payload = encode_payload(&event(&big)).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&payload).unwrap();
+        assert_eq!(value["truncated"], serde_json::Value::Bool(true));
+        assert!(value.get("data").is_none());
+        assert_eq!(value["position"], 7);
+        assert!(payload.len() <= MAX_PAYLOAD_BYTES);
+    }
+
+    #[test]
+    fn payload_at_the_limit_is_not_truncated() {
+        let overhead = encode_payload(&event(r#""""#)).unwrap().len();
+        let fits = format!(r#""{}""#, "y".repeat(MAX_PAYLOAD_BYTES - overhead));
+        let payload = encode_payload(&event(&fits)).unwrap();
+        assert_eq!(payload.len(), MAX_PAYLOAD_BYTES);
+        assert!(!payload.contains("truncated"));
+    }
+}

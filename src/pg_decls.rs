@@ -1,0 +1,54 @@
+//! PostgreSQL symbols that pgrx's generated bindings leave out (their headers
+//! are not in its list), declared here and called through pgrx's FFI guard so
+//! that a PostgreSQL ERROR inside them becomes a Rust panic as usual.
+
+use std::ffi::c_char;
+
+use pgrx::pg_sys::{self, ffi::pg_guard_ffi_boundary};
+
+mod raw {
+    use super::*;
+    unsafe extern "C-unwind" {
+        // commands/sequence.h
+        pub fn nextval_internal(relid: pg_sys::Oid, check_permissions: bool) -> i64;
+        // commands/async.h: what pg_notify() calls
+        pub fn Async_Notify(channel: *const c_char, payload: *const c_char);
+        // access/twophase.h
+        pub static max_prepared_xacts: i32;
+    }
+}
+
+/// tcop/utility.h, declared without pgrx's guard: the ProcessUtility hook
+/// passes every statement but DROP DATABASE straight through, so PostgreSQL
+/// errors keep their full report (position, context) instead of taking a
+/// round trip through a Rust panic.
+pub mod unguarded {
+    use pgrx::pg_sys;
+    unsafe extern "C-unwind" {
+        pub fn standard_ProcessUtility(
+            pstmt: *mut pg_sys::PlannedStmt,
+            query: *const std::ffi::c_char,
+            read_only_tree: bool,
+            context: pg_sys::ProcessUtilityContext::Type,
+            params: pg_sys::ParamListInfo,
+            query_env: *mut pg_sys::QueryEnvironment,
+            dest: *mut pg_sys::DestReceiver,
+            qc: *mut pg_sys::QueryCompletion,
+        );
+    }
+}
+
+/// Advance sequence `relid` and return its new value.
+pub fn nextval(relid: pg_sys::Oid) -> i64 {
+    unsafe { pg_guard_ffi_boundary(|| raw::nextval_internal(relid, false)) }
+}
+
+/// Queue a notification, sent when the current transaction commits.
+pub fn notify(channel: &std::ffi::CStr, payload: &std::ffi::CStr) {
+    unsafe { pg_guard_ffi_boundary(|| raw::Async_Notify(channel.as_ptr(), payload.as_ptr())) }
+}
+
+/// The `max_prepared_transactions` setting.
+pub fn max_prepared_xacts() -> i32 {
+    unsafe { raw::max_prepared_xacts }
+}

@@ -1,0 +1,107 @@
+//! The publish path: allocate a position, announce it in shared memory, and
+//! clear the announcement when the transaction ends.
+//!
+//! `streams.publish` itself is SQL (sql/publish.sql): a plain INSERT whose
+//! position comes from `streams._allocate_position`. Publishers never NOTIFY
+//! and never wait for one another; the worker delivers after commit.
+//!
+//! The transaction callback is registered once, when the library is preloaded,
+//! and does nothing in transactions that did not publish. At commit and abort
+//! it only touches atomics and sets the worker's latch: nothing there may fail.
+
+use std::cell::Cell;
+use std::ffi::c_void;
+
+use pgrx::prelude::*;
+
+use crate::error::{OrRaise, StreamsError};
+use crate::notify::validate_stream_name;
+use crate::pg_decls;
+use crate::shmem::{self, DbEntry, PublisherSlot};
+
+/// This backend's open publishing transaction.
+#[derive(Clone, Copy)]
+struct Publishing {
+    slot: &'static PublisherSlot,
+    worker: Option<&'static DbEntry>,
+}
+
+thread_local! {
+    static PUBLISHING: Cell<Option<Publishing>> = const { Cell::new(None) };
+}
+
+/// Register the transaction callback (preload only: it then lives in every backend).
+pub unsafe fn init() {
+    pg_sys::RegisterXactCallback(Some(xact_callback), std::ptr::null_mut());
+}
+
+/// The sequence that hands out positions, looked up per call so that a dropped
+/// and recreated extension is picked up.
+fn position_sequence() -> pg_sys::Oid {
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), false);
+        let seq = pg_sys::get_relname_relid(c"position_seq".as_ptr(), schema);
+        if seq == pg_sys::InvalidOid {
+            error!("sequence streams.position_seq is missing; reinstall litebase_streams");
+        }
+        seq
+    }
+}
+
+/// Validate one event and allocate its position, announcing the transaction as
+/// an open publisher first. Called once per row by `streams.publish` and
+/// `streams.publish_batch`; not meant to be called directly.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _allocate_position(stream: Option<&str>, data_is_null: Option<bool>) -> i64 {
+    let stream = stream.ok_or(StreamsError::NullArgument("stream")).or_raise();
+    validate_stream_name(stream).or_raise();
+    if data_is_null != Some(false) {
+        StreamsError::NullArgument("data").raise();
+    }
+    crate::require_preload().or_raise();
+
+    let first = PUBLISHING.with(|p| p.get()).is_none();
+    if first {
+        announce();
+    }
+    let position = pg_decls::nextval(position_sequence());
+    if first {
+        PUBLISHING.with(|p| p.get()).expect("announced above").slot.hold(position as u64);
+    }
+    position
+}
+
+/// Mark this backend's slot as allocating *before* the first position is
+/// taken, so no worker can compute a horizon past it, and remember it so the
+/// transaction's end clears it, even if the allocation itself fails.
+fn announce() {
+    let (db, procno) = unsafe { (pg_sys::MyDatabaseId, (*pg_sys::MyProc).pgprocno) };
+    let slot = shmem::my_slot(procno).ok_or(StreamsError::NoPublisherSlot(procno)).or_raise();
+    let worker = shmem::claim_db(db);
+    slot.begin(db);
+    PUBLISHING.with(|p| p.set(Some(Publishing { slot, worker })));
+}
+
+/// Clear the slot and wake the worker. Atomics and `SetLatch` only.
+fn finish() {
+    if let Some(Publishing { slot, worker }) = PUBLISHING.with(|p| p.take()) {
+        slot.release();
+        if let Some(worker) = worker {
+            worker.wake_worker();
+        }
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut c_void) {
+    use pg_sys::XactEvent::*;
+    match event {
+        // The last moment an error can still stop the PREPARE.
+        XACT_EVENT_PRE_PREPARE if PUBLISHING.with(|p| p.get()).is_some() => {
+            StreamsError::PreparedPublish.raise()
+        }
+        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_ABORT
+        | XACT_EVENT_PARALLEL_ABORT | XACT_EVENT_PREPARE => finish(),
+        _ => {}
+    }
+}

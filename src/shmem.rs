@@ -1,0 +1,277 @@
+//! The state shared between publishers and workers: one slot per backend for
+//! open publishing transactions, and one entry per database for its worker.
+//!
+//! Everything here is a plain atomic, so publishers' commit callbacks can touch
+//! it without locks or allocation. The slots are indexed by `pgprocno`, so each
+//! backend owns its slot exclusively; a database entry is claimed once per
+//! database under a spinlock and kept until the server restarts.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+use pgrx::pg_sys;
+
+/// A slot's value while its backend is taking its first position.
+const ALLOCATING: u64 = u64::MAX;
+
+/// One backend's open publishing transaction. `low == 0`: none.
+#[repr(C)]
+pub struct PublisherSlot {
+    db: AtomicU32,
+    low: AtomicU64,
+}
+
+/// What the worker of one database publishes about itself.
+#[repr(C)]
+pub struct DbEntry {
+    db: AtomicU32,
+    /// pid of the worker serving this database, 0 when none.
+    pub worker_pid: AtomicI32,
+    /// pgprocno of that worker, -1 when none: publishers set its latch.
+    worker_procno: AtomicI32,
+    /// Set by publishers at commit, cleared by the worker before each round.
+    pub wake: AtomicBool,
+    /// Set by a backend about to DROP DATABASE: the worker leaves for good.
+    pub stop: AtomicBool,
+    /// The newest horizon the worker computed (also the last delivered position).
+    pub horizon: AtomicU64,
+    /// See [`WorkerState`].
+    pub state: AtomicU32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum WorkerState {
+    Starting = 0,
+    Idle = 1,
+    Delivering = 2,
+    Retrying = 3,
+}
+
+impl WorkerState {
+    pub fn name(raw: u32) -> &'static str {
+        match raw {
+            0 => "starting",
+            1 => "idle",
+            2 => "delivering",
+            _ => "retrying",
+        }
+    }
+}
+
+#[repr(C)]
+struct Header {
+    n_slots: u32,
+    n_dbs: u32,
+    db_lock: AtomicBool,
+}
+
+static mut SHARED: *mut Header = std::ptr::null_mut();
+static mut PREV_REQUEST_HOOK: pg_sys::shmem_request_hook_type = None;
+static mut PREV_STARTUP_HOOK: pg_sys::shmem_startup_hook_type = None;
+
+const SHMEM_NAME: &std::ffi::CStr = c"litebase_streams";
+
+/// Slot count and database-entry count, from the server's settings.
+fn dimensions() -> (u32, u32) {
+    // pgprocno covers backends, auxiliary processes and prepared transactions;
+    // the margin covers the auxiliary processes.
+    let (backends, workers) = unsafe { (pg_sys::MaxBackends, pg_sys::max_worker_processes) };
+    let prepared = crate::pg_decls::max_prepared_xacts();
+    ((backends + prepared + 16) as u32, workers.max(1) as u32)
+}
+
+fn layout(n_slots: u32, n_dbs: u32) -> (usize, usize, usize) {
+    let header = std::mem::size_of::<Header>().next_multiple_of(64);
+    let dbs = n_dbs as usize * std::mem::size_of::<DbEntry>();
+    let slots = n_slots as usize * std::mem::size_of::<PublisherSlot>();
+    (header, header + dbs, header + dbs + slots)
+}
+
+/// Install the shared-memory hooks. Call only from `_PG_init` while
+/// `shared_preload_libraries` is being processed.
+pub unsafe fn init() {
+    PREV_REQUEST_HOOK = pg_sys::shmem_request_hook;
+    pg_sys::shmem_request_hook = Some(request_hook);
+    PREV_STARTUP_HOOK = pg_sys::shmem_startup_hook;
+    pg_sys::shmem_startup_hook = Some(startup_hook);
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn request_hook() {
+    if let Some(prev) = PREV_REQUEST_HOOK {
+        prev();
+    }
+    let (n_slots, n_dbs) = dimensions();
+    pg_sys::RequestAddinShmemSpace(layout(n_slots, n_dbs).2);
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn startup_hook() {
+    if let Some(prev) = PREV_STARTUP_HOOK {
+        prev();
+    }
+    let (n_slots, n_dbs) = dimensions();
+    let size = layout(n_slots, n_dbs).2;
+    let mut found = false;
+    let base = pg_sys::ShmemInitStruct(SHMEM_NAME.as_ptr(), size, &mut found);
+    if !found {
+        std::ptr::write_bytes(base as *mut u8, 0, size);
+        let header = base as *mut Header;
+        (*header).n_slots = n_slots;
+        (*header).n_dbs = n_dbs;
+        for entry in db_entries_of(header) {
+            entry.worker_procno.store(-1, Ordering::Relaxed);
+        }
+    }
+    SHARED = base as *mut Header;
+}
+
+/// Whether the shared state exists (the library was preloaded).
+pub fn available() -> bool {
+    unsafe { !SHARED.is_null() }
+}
+
+fn header() -> *mut Header {
+    let header = unsafe { SHARED };
+    assert!(!header.is_null(), "litebase_streams shared memory is not initialised");
+    header
+}
+
+fn db_entries_of(header: *mut Header) -> &'static [DbEntry] {
+    unsafe {
+        let base = (header as *mut u8).add(layout(0, 0).0) as *const DbEntry;
+        std::slice::from_raw_parts(base, (*header).n_dbs as usize)
+    }
+}
+
+fn slots() -> &'static [PublisherSlot] {
+    let header = header();
+    unsafe {
+        let (_, offset, _) = layout((*header).n_slots, (*header).n_dbs);
+        let base = (header as *mut u8).add(offset) as *const PublisherSlot;
+        std::slice::from_raw_parts(base, (*header).n_slots as usize)
+    }
+}
+
+/// The entry of database `db`, if one was claimed.
+pub fn find_db(db: pg_sys::Oid) -> Option<&'static DbEntry> {
+    db_entries_of(header()).iter().find(|e| e.db.load(Ordering::Acquire) == db.to_u32())
+}
+
+/// The entry of database `db`, claiming a free one if needed. `None` when the
+/// table is full (more databases than `max_worker_processes`).
+pub fn claim_db(db: pg_sys::Oid) -> Option<&'static DbEntry> {
+    let header = header();
+    let lock = unsafe { &(*header).db_lock };
+    while lock.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        std::hint::spin_loop();
+    }
+    let entries = db_entries_of(header);
+    let entry = entries.iter().find(|e| e.db.load(Ordering::Acquire) == db.to_u32()).or_else(|| {
+        let free = entries.iter().find(|e| e.db.load(Ordering::Acquire) == 0)?;
+        free.db.store(db.to_u32(), Ordering::Release);
+        Some(free)
+    });
+    lock.store(false, Ordering::Release);
+    entry
+}
+
+impl DbEntry {
+    /// Become this database's worker; false if another live worker is.
+    pub fn attach_worker(&self, pid: i32, procno: i32) -> bool {
+        if self.worker_pid.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return false;
+        }
+        self.worker_procno.store(procno, Ordering::Release);
+        true
+    }
+
+    pub fn detach_worker(&self, pid: i32) {
+        if self.worker_pid.load(Ordering::Acquire) == pid {
+            self.worker_procno.store(-1, Ordering::Release);
+            self.worker_pid.store(0, Ordering::Release);
+        }
+    }
+
+    /// Free this entry for another database (after DROP DATABASE).
+    pub fn forget(&self) {
+        self.horizon.store(0, Ordering::Relaxed);
+        self.db.store(0, Ordering::Release);
+    }
+
+    pub fn set_state(&self, state: WorkerState) {
+        self.state.store(state as u32, Ordering::Relaxed);
+    }
+
+    /// Wake the worker: flip the flag and set its latch once. Atomics and
+    /// `SetLatch` only, so it is safe inside a commit callback.
+    pub fn wake_worker(&self) {
+        if self.wake.swap(true, Ordering::AcqRel) {
+            return; // already woken, not yet served
+        }
+        let procno = self.worker_procno.load(Ordering::Acquire);
+        if procno >= 0 {
+            unsafe {
+                let proc_ = (*pg_sys::ProcGlobal).allProcs.add(procno as usize);
+                pg_sys::SetLatch(&raw mut (*proc_).procLatch);
+            }
+        }
+    }
+}
+
+/// This backend's publisher slot.
+pub fn my_slot(procno: i32) -> Option<&'static PublisherSlot> {
+    slots().get(usize::try_from(procno).ok()?)
+}
+
+impl PublisherSlot {
+    /// Announce a first publish in database `db`: a position is being taken.
+    pub fn begin(&self, db: pg_sys::Oid) {
+        self.db.store(db.to_u32(), Ordering::SeqCst);
+        self.low.store(ALLOCATING, Ordering::SeqCst);
+    }
+
+    /// The first position is known: hold exactly it.
+    pub fn hold(&self, position: u64) {
+        self.low.store(position, Ordering::SeqCst);
+    }
+
+    /// The transaction finished. Atomics only: runs inside commit callbacks.
+    pub fn release(&self) {
+        self.low.store(0, Ordering::SeqCst);
+    }
+}
+
+/// The lowest position held by each open publishing transaction of database
+/// `db`, keyed by pgprocno. A backend still taking its first position is a few
+/// instructions from knowing it (or from its abort, which clears the slot):
+/// wait for it, since whatever it gets may be below the caller's reading of the
+/// sequence.
+pub fn held_positions(db: pg_sys::Oid) -> Vec<(usize, u64)> {
+    let mut found = Vec::new();
+    for (procno, slot) in slots().iter().enumerate() {
+        let mut low = slot.low.load(Ordering::SeqCst);
+        if low == 0 || slot.db.load(Ordering::SeqCst) != db.to_u32() {
+            continue;
+        }
+        let mut spins = 0u32;
+        while low == ALLOCATING {
+            spins += 1;
+            if spins < 1000 {
+                std::hint::spin_loop();
+            } else {
+                unsafe { pg_sys::pg_usleep(20) };
+            }
+            low = slot.low.load(Ordering::SeqCst);
+        }
+        if low != 0 {
+            found.push((procno, low));
+        }
+    }
+    found
+}
+
+/// The pid of the process with this pgprocno.
+pub fn pid_of(procno: usize) -> i32 {
+    unsafe { (*(*pg_sys::ProcGlobal).allProcs.add(procno)).pid }
+}

@@ -1,0 +1,90 @@
+//! The ProcessUtility hook: gets a database's worker out of the way of
+//! `DROP DATABASE`, which refuses to drop a database anyone is connected to.
+//!
+//! Every other statement passes straight to the next hook, through a frame
+//! that holds nothing to drop and converts no errors.
+
+use std::panic::AssertUnwindSafe;
+
+use pgrx::prelude::*;
+
+use crate::pg_decls::unguarded;
+use crate::worker;
+
+static mut PREV_PROCESS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
+
+/// Install the hook. Call only from `_PG_init` during preload.
+pub unsafe fn init() {
+    PREV_PROCESS_UTILITY = pg_sys::ProcessUtility_hook;
+    pg_sys::ProcessUtility_hook = Some(process_utility);
+}
+
+/// The arguments of ProcessUtility, passed along unchanged.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Call {
+    pstmt: *mut pg_sys::PlannedStmt,
+    query: *const std::ffi::c_char,
+    read_only_tree: bool,
+    context: pg_sys::ProcessUtilityContext::Type,
+    params: pg_sys::ParamListInfo,
+    query_env: *mut pg_sys::QueryEnvironment,
+    dest: *mut pg_sys::DestReceiver,
+    qc: *mut pg_sys::QueryCompletion,
+}
+
+impl Call {
+    unsafe fn next(self) {
+        let Call { pstmt, query, read_only_tree, context, params, query_env, dest, qc } = self;
+        match PREV_PROCESS_UTILITY {
+            Some(prev) => prev(pstmt, query, read_only_tree, context, params, query_env, dest, qc),
+            None => unguarded::standard_ProcessUtility(
+                pstmt, query, read_only_tree, context, params, query_env, dest, qc,
+            ),
+        }
+    }
+
+    /// The database a DROP DATABASE names, if this is one and it exists.
+    unsafe fn dropped_database(self) -> Option<pg_sys::Oid> {
+        let stmt = (*self.pstmt).utilityStmt;
+        if stmt.is_null() || (*stmt).type_ != pg_sys::NodeTag::T_DropdbStmt {
+            return None;
+        }
+        let name = (*(stmt as *mut pg_sys::DropdbStmt)).dbname;
+        // A catalog lookup, errors impossible with missing_ok.
+        let db = pg_sys::get_database_oid(name, true);
+        (db != pg_sys::InvalidOid).then_some(db)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C-unwind" fn process_utility(
+    pstmt: *mut pg_sys::PlannedStmt,
+    query: *const std::ffi::c_char,
+    read_only_tree: bool,
+    context: pg_sys::ProcessUtilityContext::Type,
+    params: pg_sys::ParamListInfo,
+    query_env: *mut pg_sys::QueryEnvironment,
+    dest: *mut pg_sys::DestReceiver,
+    qc: *mut pg_sys::QueryCompletion,
+) {
+    let call = Call { pstmt, query, read_only_tree, context, params, query_env, dest, qc };
+    match call.dropped_database() {
+        Some(db) => drop_database(&call, db),
+        None => call.next(),
+    }
+}
+
+/// Stop the worker, drop, and restart the worker if the drop failed.
+#[pg_guard]
+unsafe extern "C-unwind" fn drop_database(call: *const Call, db: pg_sys::Oid) {
+    let call = *call;
+    let was_running = worker::stop_for_drop(db);
+    PgTryBuilder::new(AssertUnwindSafe(|| call.next()))
+        .catch_others(|error| {
+            worker::after_drop(db, false, was_running);
+            error.rethrow()
+        })
+        .execute();
+    worker::after_drop(db, true, was_running);
+}

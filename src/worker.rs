@@ -1,0 +1,305 @@
+//! The background workers.
+//!
+//! # Design
+//!
+//! Each database that has the extension gets one worker, which runs delivery
+//! rounds (delivery.rs): whenever a publishing transaction commits or aborts it
+//! flips the database's `wake` flag and sets the worker's latch; the worker
+//! then computes the new horizon and delivers what became final. An idle poll
+//! (`litebase_streams.idle_poll`) is only a safety net.
+//!
+//! Workers are started three ways:
+//!
+//! * at server start by the *launcher*, a static worker that connects to no
+//!   database, lists the databases from `pg_database` and starts a worker for
+//!   each. A worker in a database without the extension exits at once;
+//! * by `CREATE EXTENSION` (`streams._launch_worker()`), which passes its own
+//!   transaction id: the new worker waits for that transaction to end before it
+//!   looks for the extension, so it never races the creating transaction;
+//! * by the postmaster, one second after a worker died with exit code 1.
+//!
+//! Only one worker serves a database: it claims the database's shared entry,
+//! and a second worker that finds the entry taken waits briefly (a worker of a
+//! dropped extension may be leaving) and then exits.
+//!
+//! Exit codes follow the postmaster's rules: 0 means "done, do not restart"
+//! (extension gone, database being dropped), 1 means "restart me" (SIGTERM from
+//! `pg_terminate_backend`; at shutdown the postmaster restarts nothing). A
+//! failing round is logged, its transaction aborted, and retried with backoff:
+//! a bad batch never kills the worker. All state is re-read from the database
+//! each round, so a restart loses nothing.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use pgrx::bgworkers::*;
+use pgrx::pg_sys::panic::CaughtError;
+use pgrx::prelude::*;
+
+use crate::delivery::{self, Round};
+use crate::gucs;
+use crate::shmem::{self, DbEntry, WorkerState};
+
+const LIBRARY: &str = "litebase_streams";
+const WORKER_TYPE: &str = "litebase_streams worker";
+
+/// Register the launcher. Call only from `_PG_init` during preload.
+pub fn init() {
+    BackgroundWorkerBuilder::new("litebase_streams launcher")
+        .set_type("litebase_streams launcher")
+        .set_library(LIBRARY)
+        .set_function("litebase_streams_launcher_main")
+        .enable_spi_access()
+        .set_restart_time(None)
+        .load();
+}
+
+/// Start the worker of database `db`. `after_xid`: wait for this transaction
+/// to end before looking for the extension. Returns false when no background
+/// worker slot is free.
+pub fn launch(db: pg_sys::Oid, after_xid: Option<u32>) -> bool {
+    BackgroundWorkerBuilder::new(&format!("litebase_streams worker for database {}", db.to_u32()))
+        .set_type(WORKER_TYPE)
+        .set_library(LIBRARY)
+        .set_function("litebase_streams_worker_main")
+        .enable_spi_access()
+        .set_restart_time(Some(Duration::from_secs(1)))
+        .set_argument(Some(pg_sys::Datum::from(db.to_u32())))
+        .set_extra(&after_xid.map(|x| x.to_string()).unwrap_or_default())
+        .load_dynamic()
+        .is_ok()
+}
+
+#[pg_guard]
+#[no_mangle]
+pub extern "C-unwind" fn litebase_streams_launcher_main(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    BackgroundWorker::connect_worker_to_spi(None, None);
+    for db in connectable_databases() {
+        if !launch(db, None) {
+            warning!(
+                "litebase_streams: no background worker slot for database {}; raise max_worker_processes",
+                db.to_u32()
+            );
+        }
+    }
+}
+
+/// Every database that accepts connections, read straight from the shared
+/// catalog (the launcher is connected to no database, so SQL is not available).
+fn connectable_databases() -> Vec<pg_sys::Oid> {
+    let mut found = Vec::new();
+    unsafe {
+        pg_sys::SetCurrentStatementStartTimestamp();
+        pg_sys::StartTransactionCommand();
+        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+        let rel = pg_sys::table_open(pg_sys::DatabaseRelationId, pg_sys::AccessShareLock as i32);
+        let scan = pg_sys::table_beginscan_catalog(rel, 0, std::ptr::null_mut());
+        loop {
+            let tuple = pg_sys::heap_getnext(scan, pg_sys::ScanDirection::ForwardScanDirection);
+            if tuple.is_null() {
+                break;
+            }
+            let data = (*tuple).t_data;
+            let form = (data as *const u8).add((*data).t_hoff as usize) as *const pg_sys::FormData_pg_database;
+            if (*form).datallowconn && !(*form).datistemplate {
+                found.push((*form).oid);
+            }
+        }
+        pg_sys::table_endscan(scan);
+        pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
+        pg_sys::PopActiveSnapshot();
+        pg_sys::CommitTransactionCommand();
+    }
+    found
+}
+
+#[pg_guard]
+#[no_mangle]
+pub extern "C-unwind" fn litebase_streams_worker_main(arg: pg_sys::Datum) {
+    let db = pg_sys::Oid::from(arg.value() as u32);
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(db), None);
+
+    let Some(entry) = shmem::claim_db(db) else {
+        warning!("litebase_streams: too many databases for max_worker_processes; no worker here");
+        return;
+    };
+    if entry.stop.load(Ordering::Acquire) {
+        return; // this database is being dropped
+    }
+    if let Ok(xid) = BackgroundWorker::get_extra().parse::<u32>() {
+        in_transaction(|| unsafe {
+            pg_sys::XactLockTableWait(pg_sys::TransactionId::from(xid), std::ptr::null_mut(), std::ptr::null_mut(), pg_sys::XLTW_Oper::XLTW_None)
+        });
+    }
+    if !in_transaction(extension_installed) {
+        return;
+    }
+    if !attach(entry) {
+        return;
+    }
+    in_transaction(|| {
+        Spi::run("SET synchronous_commit = off").expect("a valid setting");
+    });
+    log!("litebase_streams worker started for database {}", db.to_u32());
+    serve(db, entry);
+}
+
+fn extension_installed() -> bool {
+    unsafe { pg_sys::get_extension_oid(c"litebase_streams".as_ptr(), true) != pg_sys::InvalidOid }
+}
+
+/// Claim `entry` as its worker, waiting up to a few seconds for a previous
+/// worker (say, of a just-dropped extension) to leave.
+fn attach(entry: &'static DbEntry) -> bool {
+    let (pid, procno) = unsafe { (pg_sys::MyProcPid, (*pg_sys::MyProc).pgprocno) };
+    for _ in 0..50 {
+        if entry.attach_worker(pid, procno) {
+            entry.set_state(WorkerState::Starting);
+            unsafe { pg_sys::before_shmem_exit(Some(detach), pg_sys::Datum::from(entry as *const DbEntry)) };
+            return true;
+        }
+        if !BackgroundWorker::wait_latch(Some(Duration::from_millis(100))) {
+            return false;
+        }
+    }
+    false
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
+    let entry = &*(arg.cast_mut_ptr::<DbEntry>() as *const DbEntry);
+    entry.detach_worker(pg_sys::MyProcPid);
+}
+
+fn shutdown_requested() -> bool {
+    unsafe { std::ptr::read_volatile(&raw const pg_sys::ShutdownRequestPending) != 0 }
+}
+
+/// The main loop: a round whenever woken, backoff after failures.
+fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
+    let mut failures = 0u32;
+    loop {
+        if entry.stop.load(Ordering::Acquire) {
+            return; // exit 0: DROP DATABASE is waiting for us
+        }
+        if shutdown_requested() {
+            unsafe { pg_sys::proc_exit(1) }; // restarted unless the server is stopping
+        }
+        if BackgroundWorker::sighup_received() {
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        entry.wake.store(false, Ordering::SeqCst);
+        let wait = match round(db, entry) {
+            Ok(Round::ExtensionGone) => {
+                log!("litebase_streams worker for database {}: extension dropped, exiting", db.to_u32());
+                return;
+            }
+            Ok(Round::Delivered { horizon, more }) => {
+                failures = 0;
+                entry.horizon.store(horizon as u64, Ordering::Relaxed);
+                if more {
+                    continue;
+                }
+                entry.set_state(WorkerState::Idle);
+                gucs::idle_poll()
+            }
+            Ok(Round::Idle) => {
+                failures = 0;
+                entry.set_state(WorkerState::Idle);
+                gucs::idle_poll()
+            }
+            Err(message) => {
+                failures += 1;
+                entry.set_state(WorkerState::Retrying);
+                let backoff = Duration::from_millis(10u64 << failures.min(10)).min(Duration::from_secs(10));
+                ereport!(
+                    PgLogLevel::WARNING,
+                    PgSqlErrorCode::ERRCODE_WARNING,
+                    format!("litebase_streams: delivery round failed, retrying in {} ms: {message}", backoff.as_millis()),
+                    "Publishers are not affected; events are delivered once the round succeeds."
+                );
+                backoff
+            }
+        };
+        if !BackgroundWorker::wait_latch(Some(wait)) {
+            unsafe { pg_sys::proc_exit(1) };
+        }
+    }
+}
+
+/// One delivery round in its own transaction; any error aborts the transaction
+/// and comes back as its message.
+fn round(db: pg_sys::Oid, entry: &DbEntry) -> Result<Round, String> {
+    entry.set_state(WorkerState::Delivering);
+    let batch_size = i64::from(gucs::BATCH_SIZE.get());
+    PgTryBuilder::new(AssertUnwindSafe(|| Ok(in_transaction(|| delivery::run(db, entry, batch_size)))))
+        .catch_others(|error| {
+            unsafe { pg_sys::AbortCurrentTransaction() };
+            Err(describe(error))
+        })
+        .execute()
+}
+
+/// Run `body` in a transaction of its own, with a snapshot, and commit.
+fn in_transaction<R>(body: impl FnOnce() -> R) -> R {
+    unsafe {
+        pg_sys::SetCurrentStatementStartTimestamp();
+        pg_sys::StartTransactionCommand();
+        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+    }
+    let result = body();
+    unsafe {
+        if pg_sys::ActiveSnapshotSet() {
+            pg_sys::PopActiveSnapshot();
+        }
+        pg_sys::CommitTransactionCommand();
+    }
+    result
+}
+
+fn describe(error: CaughtError) -> String {
+    match error {
+        CaughtError::PostgresError(report)
+        | CaughtError::ErrorReport(report)
+        | CaughtError::RustPanic { ereport: report, .. } => {
+            format!("{} (SQLSTATE {:?})", report.message(), report.sql_error_code())
+        }
+    }
+}
+
+/// Make the worker of database `db` leave for good and wait until it has, so
+/// that DROP DATABASE does not find it connected. Returns whether a worker was
+/// running (to relaunch it if the drop fails).
+pub fn stop_for_drop(db: pg_sys::Oid) -> bool {
+    let Some(entry) = shmem::find_db(db) else { return false };
+    entry.stop.store(true, Ordering::Release);
+    let running = entry.worker_pid.load(Ordering::Acquire) != 0;
+    entry.wake_worker();
+    for _ in 0..1000 {
+        if entry.worker_pid.load(Ordering::Acquire) == 0 {
+            break;
+        }
+        unsafe {
+            pg_sys::pg_usleep(10_000);
+            pg_sys::check_for_interrupts!();
+        }
+    }
+    running
+}
+
+/// After DROP DATABASE: on success, free the database's entry (its OID may be
+/// reused); on failure, clear the stop request and start the worker again.
+pub fn after_drop(db: pg_sys::Oid, dropped: bool, was_running: bool) {
+    if let Some(entry) = shmem::find_db(db) {
+        entry.stop.store(false, Ordering::Release);
+        if dropped {
+            entry.forget();
+        }
+    }
+    if !dropped && was_running {
+        launch(db, None);
+    }
+}
