@@ -22,6 +22,7 @@ CREATE TABLE streams.event_log (
     data     jsonb NOT NULL
 );
 CREATE INDEX event_log_stream_position ON streams.event_log (stream, position);
+CREATE INDEX event_log_tx ON streams.event_log (tx);
 
 -- One row per publishing transaction, written by the worker as the horizon
 -- passes the transaction's first event: its commit time and first position.

@@ -1,0 +1,203 @@
+//! Shared harness for the integration tests: each test gets a fresh database
+//! with the extension (so tests never see each other's events), a client, and
+//! helpers to publish, LISTEN with a timeout, and wait for the horizon.
+//!
+//! The cluster comes from the Makefile: `LITEBASE_STREAMS_DSN` (a libpq
+//! key=value string), and for tests that restart the server or make a
+//! throwaway one, `LITEBASE_STREAMS_PGDATA`, `LITEBASE_STREAMS_PG_BINDIR` and
+//! `LITEBASE_STREAMS_RUNAS` (the OS user that runs the server, empty for the
+//! current one).
+#![allow(dead_code)]
+
+use std::process::Command;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::{Client, Config, NoTls};
+
+pub const PAYMENT: &str = r#"{"order_id":"ord_123","amount":49.00}"#;
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run the tests with `make test`"))
+}
+
+pub fn base_config() -> Config {
+    Config::from_str(&env("LITEBASE_STREAMS_DSN")).expect("LITEBASE_STREAMS_DSN is a valid connection string")
+}
+
+/// A client on the cluster's `postgres` database.
+pub fn admin() -> Client {
+    connect_retrying(&base_config())
+}
+
+fn connect_retrying(config: &Config) -> Client {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match config.connect(NoTls) {
+            Ok(client) => return client,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("cannot connect to the test cluster: {e}"),
+        }
+    }
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh database with the extension installed, dropped at the end.
+pub struct TestDb {
+    pub name: String,
+}
+
+impl TestDb {
+    pub fn new() -> TestDb {
+        let db = Self::without_extension();
+        db.connect().batch_execute("CREATE EXTENSION litebase_streams").expect("CREATE EXTENSION");
+        db.wait_for_worker();
+        db
+    }
+
+    pub fn without_extension() -> TestDb {
+        let name = format!(
+            "lbs_test_{}_{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        admin().batch_execute(&format!("CREATE DATABASE {name}")).expect("CREATE DATABASE");
+        TestDb { name }
+    }
+
+    pub fn config(&self) -> Config {
+        let mut config = base_config();
+        config.dbname(&self.name);
+        config
+    }
+
+    pub fn connect(&self) -> Client {
+        connect_retrying(&self.config())
+    }
+
+    /// The pid of this database's worker, once it shows in pg_stat_activity.
+    pub fn wait_for_worker(&self) -> i32 {
+        let mut admin = admin();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let row = admin
+                .query_opt(
+                    "SELECT pid FROM pg_stat_activity WHERE backend_type = 'litebase_streams worker' AND datname = $1",
+                    &[&self.name],
+                )
+                .unwrap();
+            if let Some(row) = row {
+                return row.get(0);
+            }
+            assert!(Instant::now() < deadline, "no worker appeared for {}", self.name);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Ok(mut admin) = base_config().connect(NoTls) {
+            let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+        }
+    }
+}
+
+pub fn publish(client: &mut Client, stream: &str, data: &str) -> i64 {
+    client
+        .query_one("SELECT streams.publish($1, $2::text::jsonb)", &[&stream, &data])
+        .expect("publish")
+        .get(0)
+}
+
+pub fn horizon(client: &mut Client) -> i64 {
+    client.query_one("SELECT streams.horizon()", &[]).unwrap().get(0)
+}
+
+/// Wait until the horizon reaches `position` (the worker runs after commit).
+pub fn wait_for_horizon(client: &mut Client, position: i64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while horizon(client) < position {
+        assert!(Instant::now() < deadline, "horizon did not reach {position}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Positions of `streams.events`, in order.
+pub fn event_positions(client: &mut Client, query: &str) -> Vec<i64> {
+    client.query(query, &[]).unwrap().iter().map(|r| r.get(0)).collect()
+}
+
+pub fn count_stored(client: &mut Client) -> i64 {
+    client.query_one("SELECT count(*) FROM streams.event_log", &[]).unwrap().get(0)
+}
+
+/// The SQLSTATE of a failed statement.
+pub fn sqlstate(err: &postgres::Error) -> String {
+    err.code().map(|c| c.code().to_owned()).unwrap_or_else(|| format!("no SQLSTATE: {err}"))
+}
+
+/// A client that LISTENs on some channels.
+pub struct Listener {
+    pub client: Client,
+}
+
+impl Listener {
+    pub fn new(db: &TestDb, channels: &[&str]) -> Listener {
+        let mut client = db.connect();
+        for channel in channels {
+            client.batch_execute(&format!("LISTEN \"{channel}\"")).unwrap();
+        }
+        Listener { client }
+    }
+
+    /// The next notification's (channel, payload), or None after `timeout`.
+    pub fn next(&mut self, timeout: Duration) -> Option<(String, String)> {
+        let mut notifications = self.client.notifications();
+        let mut it = notifications.timeout_iter(timeout);
+        it.next().unwrap().map(|n| (n.channel().to_owned(), n.payload().to_owned()))
+    }
+
+    /// Payloads parsed as JSON until `count` arrived or `timeout` passed in silence.
+    pub fn collect(&mut self, count: usize, timeout: Duration) -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        while out.len() < count {
+            match self.next(timeout) {
+                Some((_, payload)) => out.push(serde_json::from_str(&payload).expect("payload is JSON")),
+                None => break,
+            }
+        }
+        out
+    }
+}
+
+/// Run `pg_ctl <args>` on the test cluster as its OS user.
+pub fn pg_ctl(args: &[&str]) {
+    let bindir = env("LITEBASE_STREAMS_PG_BINDIR");
+    let pgdata = env("LITEBASE_STREAMS_PGDATA");
+    let status = as_server_user(&format!("{bindir}/pg_ctl"))
+        .args(["-D", &pgdata, "-l", &format!("{pgdata}/server.log"), "-w"])
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .status()
+        .expect("pg_ctl runs");
+    assert!(status.success(), "pg_ctl {args:?} failed");
+}
+
+/// A command run as the server's OS user (`runuser` when the tests run as root).
+pub fn as_server_user(program: &str) -> Command {
+    match std::env::var("LITEBASE_STREAMS_RUNAS").unwrap_or_default() {
+        user if user.is_empty() => Command::new(program),
+        user => {
+            let mut cmd = Command::new("runuser");
+            cmd.args(["-u", &user, "--", program]);
+            cmd
+        }
+    }
+}

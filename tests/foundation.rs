@@ -1,0 +1,90 @@
+//! The extension installs, its worker runs, and a server that is not set up
+//! for it says exactly what to add to postgresql.conf.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use postgres::NoTls;
+
+#[test]
+fn extension_installs_into_the_streams_schema() {
+    let db = TestDb::new();
+    let mut client = db.connect();
+    let row = client
+        .query_one(
+            "SELECT e.extversion, n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+             WHERE e.extname = 'litebase_streams'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, String>(1), "streams");
+    for object in ["streams.events", "streams.status"] {
+        let found: bool = client.query_one("SELECT to_regclass($1) IS NOT NULL", &[&object]).unwrap().get(0);
+        assert!(found, "{object} exists");
+    }
+}
+
+#[test]
+fn background_worker_is_visible_in_pg_stat_activity() {
+    let db = TestDb::new();
+    let pid = db.wait_for_worker();
+    let mut client = db.connect();
+    let status_pid: Option<i32> = client.query_one("SELECT worker_pid FROM streams.status", &[]).unwrap().get(0);
+    assert_eq!(status_pid, Some(pid), "streams.status names the worker that pg_stat_activity shows");
+}
+
+/// A second, throwaway cluster without the settings: CREATE EXTENSION fails
+/// with SQLSTATE 55000, naming both settings and what to add.
+#[test]
+fn create_extension_without_preload_says_what_to_configure() {
+    let bindir = std::env::var("LITEBASE_STREAMS_PG_BINDIR").expect("LITEBASE_STREAMS_PG_BINDIR");
+    let dir = std::env::temp_dir().join(format!("lbs-preload-check-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let runas = std::env::var("LITEBASE_STREAMS_RUNAS").unwrap_or_default();
+    if !runas.is_empty() {
+        assert!(std::process::Command::new("chown").arg(&runas).arg(&dir).status().unwrap().success());
+    }
+    let data = dir.join("data");
+    let data = data.to_str().unwrap();
+    let ok = as_server_user(&format!("{bindir}/initdb"))
+        .args(["-D", data, "-U", "postgres", "--auth=trust"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(ok.success(), "initdb");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let options = format!("-c port={port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={}", dir.display());
+    let pg_ctl = |args: &[&str]| {
+        as_server_user(&format!("{bindir}/pg_ctl"))
+            .args(["-D", data, "-w", "-l", &format!("{}/log", dir.display())])
+            .args(args)
+            .status()
+            .unwrap()
+    };
+    assert!(pg_ctl(&["-o", &options, "start"]).success(), "throwaway cluster starts");
+
+    let result = postgres::Config::new()
+        .host("127.0.0.1")
+        .port(port)
+        .user("postgres")
+        .dbname("postgres")
+        .connect_timeout(Duration::from_secs(10))
+        .connect(NoTls)
+        .unwrap()
+        .batch_execute("CREATE EXTENSION litebase_streams");
+    pg_ctl(&["-m", "immediate", "stop"]);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let err = result.expect_err("CREATE EXTENSION must fail without preload");
+    assert_eq!(sqlstate(&err), "55000");
+    let db_err = err.as_db_error().unwrap();
+    assert!(db_err.message().contains("shared_preload_libraries"), "{}", db_err.message());
+    assert!(db_err.message().contains("track_commit_timestamp"), "{}", db_err.message());
+    let hint = db_err.hint().expect("a hint says what to add");
+    assert!(hint.contains("shared_preload_libraries = 'litebase_streams'"), "{hint}");
+    assert!(hint.contains("track_commit_timestamp = on"), "{hint}");
+    assert!(hint.contains("postgresql.conf"), "{hint}");
+}

@@ -1,0 +1,169 @@
+//! Replay with plain SQL and `streams.replay`: every start mode, stream
+//! patterns, `max_events`, `get`, and index use.
+
+mod common;
+
+use common::*;
+use postgres::Client;
+
+/// Publishes, in separate transactions: orders.created, payment.success,
+/// payment.failed, payments (not matched by 'payment.*'), payment.success.
+fn seed(c: &mut Client) -> Vec<i64> {
+    let positions: Vec<i64> = [
+        ("orders.created", r#"{"n":1}"#),
+        ("payment.success", r#"{"n":2}"#),
+        ("payment.failed", r#"{"n":3}"#),
+        ("payments", r#"{"n":4}"#),
+        ("payment.success", r#"{"n":5}"#),
+    ]
+    .iter()
+    .map(|(stream, data)| publish(c, stream, data))
+    .collect();
+    wait_for_horizon(c, *positions.last().unwrap());
+    positions
+}
+
+fn replay(c: &mut Client, args: &str) -> Vec<i64> {
+    event_positions(c, &format!("SELECT position FROM streams.replay({args})"))
+}
+
+#[test]
+fn replay_from_the_beginning_and_after_a_position() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    let p = seed(&mut c);
+    assert_eq!(replay(&mut c, ""), p);
+    assert_eq!(replay(&mut c, &format!("after => {}", p[1])), p[2..]);
+    assert_eq!(replay(&mut c, &format!("after => {}", p[4])), Vec::<i64>::new());
+}
+
+#[test]
+fn replay_by_exact_name_prefix_pattern_and_all() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    let p = seed(&mut c);
+    assert_eq!(replay(&mut c, "stream => 'payment.success'"), vec![p[1], p[4]]);
+    assert_eq!(replay(&mut c, "stream => 'payment.*'"), vec![p[1], p[2], p[4]]);
+    assert_eq!(replay(&mut c, "stream => 'payment*'"), vec![p[1], p[2], p[3], p[4]]);
+    assert_eq!(replay(&mut c, "stream => '*'"), p);
+    assert_eq!(replay(&mut c, "stream => NULL"), p);
+    assert_eq!(replay(&mut c, &format!("stream => 'payment.*', after => {}", p[1])), vec![p[2], p[4]]);
+    assert_eq!(replay(&mut c, "stream => 'nothing.here'"), Vec::<i64>::new());
+}
+
+#[test]
+fn replay_since_a_time() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    let early = publish(&mut c, "orders", r#"{"n":1}"#);
+    c.batch_execute("SELECT pg_sleep(0.05)").unwrap();
+    let since: String = c.query_one("SELECT clock_timestamp()::text", &[]).unwrap().get(0);
+    c.batch_execute("SELECT pg_sleep(0.05)").unwrap();
+    let late = vec![publish(&mut c, "orders", r#"{"n":2}"#), publish(&mut c, "other", r#"{"n":3}"#)];
+    wait_for_horizon(&mut c, late[1]);
+    assert!(early < late[0]);
+    assert_eq!(replay(&mut c, &format!("since => '{since}'")), late);
+    assert_eq!(replay(&mut c, &format!("stream => 'orders', since => '{since}'")), vec![late[0]]);
+    assert_eq!(replay(&mut c, "since => now() + interval '1 hour'"), Vec::<i64>::new());
+    // The same rows through plain SQL on the view.
+    assert_eq!(
+        event_positions(&mut c, &format!("SELECT position FROM streams.events WHERE time >= '{since}' ORDER BY position")),
+        late
+    );
+}
+
+#[test]
+fn replay_from_a_transaction() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    publish(&mut c, "orders", r#"{"n":1}"#);
+    c.batch_execute("BEGIN").unwrap();
+    let first = publish(&mut c, "orders", r#"{"n":2}"#);
+    let second = publish(&mut c, "audit", r#"{"n":3}"#);
+    let tx: String = c.query_one("SELECT pg_current_xact_id()::text", &[]).unwrap().get(0);
+    c.batch_execute("COMMIT").unwrap();
+    let after = publish(&mut c, "orders", r#"{"n":4}"#);
+    wait_for_horizon(&mut c, after);
+    assert_eq!(replay(&mut c, &format!("from_tx => '{tx}'")), vec![first, second, after]);
+    assert_eq!(replay(&mut c, &format!("stream => 'orders', from_tx => '{tx}'")), vec![first, after]);
+    assert_eq!(
+        event_positions(&mut c, &format!("SELECT position FROM streams.events WHERE tx = '{tx}' ORDER BY position")),
+        vec![first, second]
+    );
+    assert_eq!(replay(&mut c, "from_tx => '999999999'"), Vec::<i64>::new(), "unknown transaction: nothing");
+}
+
+#[test]
+fn max_events_limits_and_pages() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    let p = seed(&mut c);
+    assert_eq!(replay(&mut c, "max_events => 2"), p[..2]);
+    assert_eq!(replay(&mut c, "max_events => 0"), Vec::<i64>::new());
+    let mut paged = Vec::new();
+    let mut last = 0;
+    loop {
+        let page = replay(&mut c, &format!("after => {last}, max_events => 2"));
+        if page.is_empty() {
+            break;
+        }
+        last = *page.last().unwrap();
+        paged.extend(page);
+    }
+    assert_eq!(paged, p);
+    let default_limit: i64 = c
+        .query_one("SELECT count(*) FROM streams.replay()", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(default_limit, 5);
+}
+
+#[test]
+fn get_returns_one_event_or_null() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    let p = seed(&mut c);
+    let row = c
+        .query_one("SELECT position, stream, data->>'n', tx IS NOT NULL, time IS NOT NULL FROM streams.get($1)", &[&p[2]])
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), p[2]);
+    assert_eq!(row.get::<_, String>(1), "payment.failed");
+    assert_eq!(row.get::<_, String>(2), "3");
+    assert!(row.get::<_, bool>(3) && row.get::<_, bool>(4));
+    let missing: Option<i64> = c.query_one("SELECT (streams.get(999999)).position", &[]).unwrap().get(0);
+    assert_eq!(missing, None);
+}
+
+/// The plain range queries users write use the indexes, not a sequential scan.
+#[test]
+fn range_queries_on_events_use_indexes() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    // 3000 transactions of one event each; 'orders' is rare.
+    c.batch_execute(
+        "DO $$ BEGIN
+           FOR i IN 1..3000 LOOP
+             PERFORM streams.publish(CASE WHEN i % 100 = 0 THEN 'orders' ELSE 'payment.success' END,
+                                     jsonb_build_object('i', i));
+             COMMIT;
+           END LOOP;
+         END $$",
+    )
+    .unwrap();
+    let newest: i64 = c.query_one("SELECT max(position) FROM streams.event_log", &[]).unwrap().get(0);
+    wait_for_horizon(&mut c, newest);
+    c.batch_execute("ANALYZE streams.event_log; ANALYZE streams.transactions").unwrap();
+    let plan = |c: &mut Client, sql: &str| -> String {
+        c.query(&format!("EXPLAIN {sql}"), &[]).unwrap().iter().map(|r| r.get::<_, String>(0) + "\n").collect()
+    };
+    for (sql, index) in [
+        ("SELECT * FROM streams.events WHERE stream = 'orders' AND position > 100 ORDER BY position LIMIT 10", "event_log_stream_position"),
+        ("SELECT * FROM streams.events WHERE position > 2900 ORDER BY position LIMIT 10", "event_log_pkey"),
+        ("SELECT * FROM streams.events WHERE time >= now() - interval '1 minute' AND time < now() - interval '50 seconds'", "transactions_committed_at"),
+        ("SELECT * FROM streams.events WHERE tx = '12345'::xid8", "event_log_tx"),
+    ] {
+        let plan = plan(&mut c, sql);
+        assert!(plan.contains(index), "{sql} should use {index}:\n{plan}");
+        assert!(!plan.contains("Seq Scan on event_log") && !plan.contains("Seq Scan on transactions"), "{sql}:\n{plan}");
+    }
+}
