@@ -140,8 +140,11 @@ pub extern "C-unwind" fn litebase_streams_worker_main(arg: pg_sys::Datum) {
     if !attach(entry) {
         return;
     }
+    // The worker's state is derived from durable data, so its commits need not
+    // wait for the WAL flush. A lock held on the extension's tables fails a
+    // round (retried with backoff) instead of stalling the worker for good.
     in_transaction(|| {
-        Spi::run("SET synchronous_commit = off").expect("a valid setting");
+        Spi::run("SET synchronous_commit = off; SET lock_timeout = '1s'").expect("valid settings");
     });
     log!("litebase_streams worker started for database {}", db.to_u32());
     serve(db, entry);
@@ -265,9 +268,14 @@ fn describe(error: CaughtError) -> String {
         CaughtError::PostgresError(report)
         | CaughtError::ErrorReport(report)
         | CaughtError::RustPanic { ereport: report, .. } => {
-            format!("{} (SQLSTATE {:?})", report.message(), report.sql_error_code())
+            format!("{} (SQLSTATE {})", report.message(), sqlstate(report.sql_error_code() as i32))
         }
     }
+}
+
+/// The five-character form of a packed SQLSTATE (PGUNSIXBIT in elog.h).
+fn sqlstate(code: i32) -> String {
+    (0..5).map(|i| char::from(b'0' + ((code >> (6 * i)) & 0x3f) as u8)).collect()
 }
 
 /// Make the worker of database `db` leave for good and wait until it has, so
