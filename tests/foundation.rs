@@ -88,3 +88,33 @@ fn create_extension_without_preload_says_what_to_configure() {
     assert!(hint.contains("track_commit_timestamp = on"), "{hint}");
     assert!(hint.contains("postgresql.conf"), "{hint}");
 }
+
+/// DROP EXTENSION succeeds while the worker runs; the worker leaves; CREATE
+/// EXTENSION again brings delivery back without a restart.
+#[test]
+fn drop_extension_then_create_again_delivers() {
+    let db = TestDb::new();
+    let first_worker = db.wait_for_worker();
+    let mut c = db.connect();
+    publish(&mut c, "orders", "{}");
+    c.batch_execute("DROP EXTENSION litebase_streams").expect("DROP EXTENSION succeeds");
+
+    let mut admin = admin();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while admin
+        .query_opt("SELECT 1 FROM pg_stat_activity WHERE pid = $1", &[&first_worker])
+        .unwrap()
+        .is_some()
+    {
+        assert!(std::time::Instant::now() < deadline, "the worker of a dropped extension leaves");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    c.batch_execute("CREATE EXTENSION litebase_streams").unwrap();
+    db.wait_for_worker();
+    let mut listener = Listener::new(&db, &["orders"]);
+    let p = publish(&mut c, "orders", r#"{"again":true}"#);
+    let got = listener.collect(1, Duration::from_secs(10));
+    assert_eq!(got.len(), 1, "delivery works after CREATE EXTENSION");
+    assert_eq!(got[0]["position"].as_i64(), Some(p));
+}

@@ -1,0 +1,95 @@
+# Build / run tooling for the litebase_streams PostgreSQL 15 extension (pgrx 0.18.1).
+# The logic lives in scripts/*.sh; this file only wires targets to them.
+# Every variable below can be overridden: make start PGPORT=55432
+
+PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
+PGPORT    ?= 54329
+
+IS_ROOT := $(filter 0,$(shell id -u))
+ifneq ($(IS_ROOT),)
+# Root: the server runs as the `postgres` OS user, which cannot traverse /root,
+# so the cluster lives under /tmp.
+PGDATA_DIR ?= /tmp/litebase_streams-cluster-$(PGPORT)
+PG_RUNAS   ?= postgres
+else
+PGDATA_DIR ?= $(CURDIR)/.cluster
+PG_RUNAS   ?=
+endif
+PGHOST := $(PGDATA_DIR)/socket
+# Empty before `make setup` on a fresh machine; the scripts then ask pg_config.
+PG_BINDIR := $(shell $(PG_CONFIG) --bindir 2>/dev/null)
+
+# rustup installs cargo here; make it visible even if the shell profile wasn't reloaded.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+export PG_CONFIG PGPORT PGDATA_DIR PGHOST PG_BINDIR PG_RUNAS
+
+# Invoked via `bash` so a lost executable bit does not matter.
+SCRIPTS := $(CURDIR)/scripts
+
+# Prerequisites (setup -> install -> start) must run in order.
+.NOTPARALLEL:
+.DEFAULT_GOAL := help
+.PHONY: help setup install start stop restart status psql demo test bench clean-cluster
+
+help:
+	@echo "litebase_streams: make targets"
+	@echo "  setup          install missing prerequisites (apt packages, cargo-pgrx 0.18.1, cargo pgrx init)"
+	@echo "  install        cargo pgrx install --release into $(PG_CONFIG)'s PostgreSQL"
+	@echo "  start          create (if missing) and start the dev cluster"
+	@echo "  stop           stop the dev cluster"
+	@echo "  restart        stop + start"
+	@echo "  status         show whether the dev cluster is running"
+	@echo "  psql           start if needed, CREATE EXTENSION IF NOT EXISTS, open psql (PSQL_ARGS=...)"
+	@echo "  demo           setup + install + start, then run scripts/demo.sh"
+	@echo "  test           setup + install + start, then pgrx tests and integration tests"
+	@echo "  bench          benchmarks (not yet)"
+	@echo "  clean-cluster  stop and delete the dev cluster"
+	@echo ""
+	@echo "  PG_CONFIG=$(PG_CONFIG)"
+	@echo "  PGPORT=$(PGPORT)"
+	@echo "  PGDATA_DIR=$(PGDATA_DIR)"
+	@echo "  PGHOST=$(PGHOST)"
+
+setup:
+	@echo "==> setup"
+	@bash $(SCRIPTS)/setup.sh
+
+install:
+	@echo "==> install"
+	@bash $(SCRIPTS)/install.sh
+
+start:
+	@echo "==> start"
+	@bash $(SCRIPTS)/cluster.sh start
+
+stop:
+	@echo "==> stop"
+	@bash $(SCRIPTS)/cluster.sh stop
+
+restart:
+	@echo "==> restart"
+	@bash $(SCRIPTS)/cluster.sh restart
+
+status:
+	@bash $(SCRIPTS)/cluster.sh status || true
+
+psql:
+	@echo "==> psql"
+	@bash $(SCRIPTS)/cluster.sh psql $(PSQL_ARGS)
+
+demo: setup install start
+	@echo "==> demo"
+	@bash $(SCRIPTS)/demo.sh
+
+test: setup install start
+	@echo "==> test"
+	@bash $(SCRIPTS)/test.sh
+# (c) later: quick benchmark as part of `make test` (or enable it in scripts/test.sh):
+#	$(MAKE) bench QUICK=1
+
+bench:
+	@echo "==> bench: not yet"
+
+clean-cluster:
+	@echo "==> clean-cluster"
+	@bash $(SCRIPTS)/cluster.sh destroy

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Guided walkthrough of litebase_streams against the development cluster.
+# Run via `make demo` (which does setup, install and start first).
+#
+# To extend: add more `step "..."` headings followed by `sql "..."` calls.
+#   step "title"          print a heading
+#   sql "SQL or \meta"    echo the SQL, then run it through psql (stops the demo on error)
+#   sql <<'SQL'           same, reading the script from stdin (heredoc)
+#   ...
+#   SQL
+#   val=$(sql_value "SELECT ...")   run quietly, capture a single unaligned value
+#   note "text"           print an explanatory line
+#   pause                 wait for Enter when DEMO_PAUSE=1 (and stdin is a terminal)
+# Each `sql` call is a separate psql session (so a separate transaction).
+set -euo pipefail
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+require_pg_bindir
+
+if [ -t 1 ]; then
+    _B=$'\033[1m' _D=$'\033[2m' _C=$'\033[36m' _R=$'\033[0m'
+else
+    _B='' _D='' _C='' _R=''
+fi
+_STEP=0
+
+step() {
+    _STEP=$((_STEP + 1))
+    printf '\n%s==> %d. %s%s\n' "$_B" "$_STEP" "$*" "$_R"
+}
+
+note() { printf '%s    %s%s\n' "$_D" "$*" "$_R"; }
+
+sql() {
+    local script
+    if [ "$#" -gt 0 ]; then script="$*"; else script="$(cat)"; fi
+    printf '%s\n' "$script" | sed "s/^/${_C}sql> /; s/\$/${_R}/"
+    printf '%s\n' "$script" | cluster_psql -X -q -v ON_ERROR_STOP=1 -P pager=off -f -
+}
+
+sql_value() {
+    cluster_psql -X -q -v ON_ERROR_STOP=1 -At -c "$*"
+}
+
+pause() {
+    if [ "${DEMO_PAUSE:-0}" = 1 ] && [ -t 0 ]; then
+        read -r -p "    (press Enter to continue) " _
+    fi
+}
+
+# ---------------------------------------------------------------------------
+# Walkthrough, in a fresh database so every run shows the same story
+# ---------------------------------------------------------------------------
+
+export PGDATABASE=litebase_demo
+PGDATABASE=postgres sql_value "DROP DATABASE IF EXISTS litebase_demo WITH (FORCE)" >/dev/null
+PGDATABASE=postgres sql_value "CREATE DATABASE litebase_demo" >/dev/null
+
+step "Install the extension (its background worker starts at once)"
+sql "CREATE EXTENSION litebase_streams;"
+sleep 0.5
+sql "SELECT pid, backend_type FROM pg_stat_activity WHERE backend_type = 'litebase_streams worker' AND datname = current_database();"
+
+step "Start a LISTEN client in the background"
+note 'It runs LISTEN "payment.success" and prints what arrives.'
+LISTEN_OUT="$(mktemp)"
+{
+    echo 'LISTEN "payment.success";'
+    sleep 3
+    echo "SELECT 'listener done' AS listener;"
+} | cluster_psql -X -q -P pager=off >"$LISTEN_OUT" 2>&1 &
+LISTENER=$!
+sleep 0.5
+
+step "Publish inside a transaction that rolls back: the event never existed"
+sql <<'SQL'
+BEGIN;
+SELECT streams.publish('payment.success', '{"order_id":"ord_100","amount":10.00}');
+ROLLBACK;
+SELECT count(*) AS events_visible FROM streams.events;
+SQL
+
+step "Publish inside a transaction that commits, together with your own row"
+sql <<'SQL'
+CREATE TABLE orders (id text PRIMARY KEY, amount numeric);
+BEGIN;
+INSERT INTO orders VALUES ('ord_123', 49.00);
+SELECT streams.publish('payment.success', '{"order_id":"ord_123","amount":49.00}');
+COMMIT;
+SQL
+sql "SELECT streams.publish('orders.created', '{\"order_id\":\"ord_124\"}');"
+sql "SELECT * FROM streams.publish_batch('payment.success', ARRAY['{\"order_id\":\"ord_125\",\"amount\":5.00}', '{\"order_id\":\"ord_126\",\"amount\":7.50}']::jsonb[]);"
+sleep 0.3
+sql "SELECT position, stream, time, tx, data FROM streams.events ORDER BY position;"
+
+step "The LISTEN client received each committed payment.success event, live"
+wait "$LISTENER" || true
+sed 's/^/    /' "$LISTEN_OUT"
+rm -f "$LISTEN_OUT"
+
+step "Replay from the beginning, after a position, for a stream pattern"
+sql "SELECT position, stream, data FROM streams.replay();"
+sql "SELECT position, stream, data FROM streams.replay(after => 2);"
+sql "SELECT position, stream, data FROM streams.replay(stream => 'payment.*', max_events => 2);"
+
+step "Replay from a point in time and from a known transaction"
+SINCE="$(sql_value "SELECT time FROM streams.events WHERE stream = 'orders.created'")"
+TX="$(sql_value "SELECT tx FROM streams.events WHERE data->>'order_id' = 'ord_125'")"
+sql "SELECT position, stream, time FROM streams.replay(since => '$SINCE');"
+sql "SELECT position, stream, tx FROM streams.replay(from_tx => '$TX');"
+
+step "Join an event to the rows its transaction wrote (tx = xmin)"
+sql "SELECT o.id, o.amount, e.position, e.tx FROM orders o JOIN streams.events e ON o.xmin = e.tx::xid;"
+
+step "An open publishing transaction holds later events back, and status says who"
+cluster_psql -X -q -c "BEGIN; SELECT streams.publish('payment.success', '{\"order_id\":\"ord_slow\"}'); SELECT pg_sleep(2); COMMIT;" >/dev/null &
+SLOW=$!
+sleep 0.5
+sql "SELECT streams.publish('orders.created', '{\"order_id\":\"ord_fast\"}');"
+sleep 0.3
+sql "SELECT horizon, newest_position, worker_state, holder_pid, holder_position, holder_xid, holder_age FROM streams.status;"
+wait "$SLOW"
+sleep 0.3
+sql "SELECT horizon, newest_position, worker_state, holder_pid FROM streams.status;"
+
+step "Stored events are immutable, even for a superuser"
+sql "DELETE FROM streams.event_log;" || true
+
+printf '\n%sDemo finished.%s Explore it with: make psql PSQL_ARGS="-d litebase_demo"\n' "$_B" "$_R"
