@@ -32,7 +32,7 @@ run_suite() {
     local title="$1" log="$LOG_DIR/$2.log" rc
     shift 2
     say "$title"
-    info "\$ $*"
+    info "\$ $(printf '%q ' "$@")"
     "$@" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     SUITES+=("$title") LOGS+=("$log")
@@ -118,7 +118,11 @@ for i in "${!SUITES[@]}"; do
     printf '  [%s] %s\n' "${RESULTS[$i]}" "${SUITES[$i]}"
     log="${LOGS[$i]}"
     [ -n "$log" ] || continue
-    lines="$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '^test result:' || true)"
+    # "test result:" lines, labelled with the test binary they belong to.
+    lines="$(sed 's/\x1b\[[0-9;]*m//g' "$log" | awk '
+        /^ +Running (unittests )?[^ ]+ \(/ { name = ($2 == "unittests") ? $3 : $2; next }
+        /^ *Doc-tests / { name = "doc-tests " $2; next }
+        /^test result:/ { printf "%-22s %s\n", name ":", $0 }')"
     if [ -n "$lines" ]; then
         printf '%s\n' "$lines" | sed 's/^/      /'
     elif [[ "${SUITES[$i]}" == *tests* ]]; then

@@ -28,6 +28,7 @@ struct Publishing {
 
 thread_local! {
     static PUBLISHING: Cell<Option<Publishing>> = const { Cell::new(None) };
+    static WORKER_ENTRY: Cell<Option<&'static DbEntry>> = const { Cell::new(None) };
 }
 
 /// Register the transaction callback (preload only: it then lives in every backend).
@@ -77,7 +78,14 @@ fn _allocate_position(stream: Option<&str>, data_is_null: Option<bool>) -> i64 {
 fn announce() {
     let (db, procno) = unsafe { (pg_sys::MyDatabaseId, (*pg_sys::MyProc).pgprocno) };
     let slot = shmem::my_slot(procno).ok_or(StreamsError::NoPublisherSlot(procno)).or_raise();
-    let worker = shmem::claim_db(db);
+    // The database's entry never moves while this backend is connected to it.
+    let worker = WORKER_ENTRY.with(|cached| {
+        cached.get().or_else(|| {
+            let entry = shmem::find_db(db).or_else(|| shmem::claim_db(db));
+            cached.set(entry);
+            entry
+        })
+    });
     slot.begin(db);
     PUBLISHING.with(|p| p.set(Some(Publishing { slot, worker })));
 }

@@ -160,8 +160,8 @@ fn drain(reader: &mut Client, seen: &mut Vec<i64>, committed: &Mutex<BTreeSet<i6
 fn check_exactly_committed(seen: &[i64], committed: &BTreeSet<i64>) {
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "positions strictly increase, no duplicates");
     let seen_set: BTreeSet<i64> = seen.iter().copied().collect();
-    let missed: Vec<_> = committed.difference(&seen_set).collect();
-    let phantom: Vec<_> = seen_set.difference(committed).collect();
-    assert!(missed.is_empty(), "reader missed committed events: {missed:?}");
-    assert!(phantom.is_empty(), "reader saw events that were not committed: {phantom:?}");
+    let missed: Vec<_> = committed.difference(&seen_set).take(20).collect();
+    let phantom: Vec<_> = seen_set.difference(committed).take(20).collect();
+    assert!(missed.is_empty(), "reader missed committed events (first 20): {missed:?}");
+    assert!(phantom.is_empty(), "reader saw events that were not committed (first 20): {phantom:?}");
 }
