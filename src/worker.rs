@@ -122,22 +122,24 @@ pub extern "C-unwind" fn litebase_streams_worker_main(arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(db), None);
 
-    let Some(entry) = shmem::claim_db(db) else {
-        warning!("litebase_streams: too many databases for max_worker_processes; no worker here");
-        return;
-    };
-    if entry.stop.load(Ordering::Acquire) {
-        return; // this database is being dropped
-    }
     if let Ok(xid) = BackgroundWorker::get_extra().parse::<u32>() {
         in_transaction(|| unsafe {
-            pg_sys::XactLockTableWait(pg_sys::TransactionId::from(xid), std::ptr::null_mut(), std::ptr::null_mut(), pg_sys::XLTW_Oper::XLTW_None)
+            pg_sys::XactLockTableWait(
+                pg_sys::TransactionId::from(xid),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                pg_sys::XLTW_Oper::XLTW_None,
+            )
         });
     }
     if !in_transaction(extension_installed) {
-        return;
+        return; // most databases, at server start
     }
-    if !attach(entry) {
+    let Some(entry) = shmem::claim_db(db) else {
+        warning!("litebase_streams: more databases with the extension than max_worker_processes; no worker here");
+        return;
+    };
+    if entry.stop.load(Ordering::Acquire) || !attach(entry) {
         return;
     }
     // The worker's state is derived from durable data, so its commits need not
