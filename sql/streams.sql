@@ -110,6 +110,7 @@ $$;
 --   from_tx    from that transaction's first event on (the whole timeline, not just its events)
 --   none       from the beginning
 -- At most one of after/since/from_tx. To page, continue with after => the last position seen.
+-- SECURITY DEFINER: EXECUTE is enough to replay (it reads streams.transactions too).
 CREATE FUNCTION streams.replay(
     stream     text        DEFAULT NULL,
     after      bigint      DEFAULT NULL,
@@ -117,7 +118,7 @@ CREATE FUNCTION streams.replay(
     from_tx    xid8        DEFAULT NULL,
     max_events integer     DEFAULT 1000
 ) RETURNS SETOF streams.events
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     start_after bigint := 0;
     exact_name  text;
@@ -239,6 +240,8 @@ COMMENT ON VIEW streams.status IS 'Horizon, newest position, worker state and la
 --   GRANT USAGE ON SCHEMA streams TO app;
 --   GRANT EXECUTE ON FUNCTION streams.publish(text, jsonb) TO app;
 --   GRANT SELECT ON streams.events TO app;
+--   GRANT EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer) TO app;
+--   GRANT SELECT ON streams.status TO ops; GRANT EXECUTE ON FUNCTION streams._worker_status() TO ops;
 REVOKE ALL ON ALL TABLES IN SCHEMA streams FROM PUBLIC;
 REVOKE ALL ON SEQUENCE streams.position_seq FROM PUBLIC;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA streams FROM PUBLIC;

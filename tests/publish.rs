@@ -247,3 +247,54 @@ fn status_names_the_transaction_that_holds_the_horizon() {
     let free: Option<i32> = other.query_one("SELECT holder_pid FROM streams.status", &[]).unwrap().get(0);
     assert_eq!(free, None);
 }
+
+/// A role granted what the README lists can publish and replay without
+/// access to the tables underneath; a role without grants cannot publish.
+#[test]
+fn granted_role_publishes_and_replays_without_table_access() {
+    let db = TestDb::new();
+    let mut owner = db.connect();
+    let app = format!("{}_app", db.name);
+    let stranger = format!("{}_stranger", db.name);
+    owner
+        .batch_execute(&format!(
+            "CREATE ROLE {app} LOGIN; CREATE ROLE {stranger} LOGIN;
+             GRANT USAGE ON SCHEMA streams TO {app}, {stranger};
+             GRANT EXECUTE ON FUNCTION streams.publish(text, jsonb), streams.publish_batch(text, jsonb[]) TO {app};
+             GRANT SELECT ON streams.events TO {app};
+             GRANT EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint) TO {app};"
+        ))
+        .unwrap();
+    let connect_as = |role: &str| {
+        let mut config = db.config();
+        config.user(role);
+        config.connect(postgres::NoTls).unwrap()
+    };
+    let mut c = connect_as(&app);
+    c.batch_execute("BEGIN").unwrap();
+    let p = publish(&mut c, "orders", r#"{"n":1}"#);
+    let tx: String = c.query_one("SELECT pg_current_xact_id()::text", &[]).unwrap().get(0);
+    c.batch_execute("COMMIT").unwrap();
+    wait_for_horizon(&mut owner, p);
+    for args in ["", "after => 0", "stream => 'orders'", "since => now() - interval '1 hour'", &format!("from_tx => '{tx}'")] {
+        let got: Vec<i64> = c
+            .query(&format!("SELECT position FROM streams.replay({args})"), &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(got, vec![p], "replay({args})");
+    }
+    let err = c.batch_execute("INSERT INTO streams.event_log VALUES (999, 'x', '1', '{}')").unwrap_err();
+    assert_eq!(sqlstate(&err), "42501", "no direct writes");
+
+    let mut s = connect_as(&stranger);
+    let err = s.batch_execute("SELECT streams.publish('orders', '{}')").unwrap_err();
+    assert_eq!(sqlstate(&err), "42501");
+    drop((c, s));
+    owner.batch_execute(&format!("DROP OWNED BY {app}, {stranger}")).unwrap();
+    drop(owner);
+    let mut admin = admin();
+    admin.batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", db.name)).unwrap();
+    admin.batch_execute(&format!("DROP ROLE {app}; DROP ROLE {stranger}")).unwrap();
+}
