@@ -54,29 +54,20 @@ fn late_commit_is_never_skipped() {
 /// snapshot's horizon never covers an event its snapshot cannot see.
 #[test]
 fn repeatable_read_reader_sees_every_event_once() {
-    let db = TestDb::new();
-    let committed = Arc::new(Mutex::new(BTreeSet::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let writers = spawn_writers(&db, 3, committed.clone(), stop.clone());
-    let mut reader = db.connect();
-    let mut seen = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < deadline {
+    read_while_writing(3, Duration::from_secs(3), |reader, after| {
         let mut tx = reader.build_transaction().isolation_level(postgres::IsolationLevel::RepeatableRead).start().unwrap();
-        let after = seen.last().copied().unwrap_or(0i64);
-        let rows = tx.query("SELECT position FROM streams.replay(after => $1, max_events => 50)", &[&after]).unwrap();
-        // Within one snapshot, a second read agrees with the first.
-        let again = tx.query("SELECT position FROM streams.replay(after => $1, max_events => 50)", &[&after]).unwrap();
-        assert_eq!(rows.len(), again.len());
+        let page = |tx: &mut postgres::Transaction<'_>| -> Vec<i64> {
+            tx.query("SELECT position FROM streams.replay(after => $1, max_events => 50)", &[&after])
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect()
+        };
+        let rows = page(&mut tx);
+        assert_eq!(page(&mut tx), rows, "within one snapshot, a second read agrees with the first");
         tx.commit().unwrap();
-        seen.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
-    }
-    stop.store(true, Ordering::Relaxed);
-    for w in writers {
-        w.join().unwrap();
-    }
-    drain(&mut reader, &mut seen, &committed);
-    check_exactly_committed(&seen, &committed.lock().unwrap());
+        rows
+    });
 }
 
 /// Writers publish 1 to 3 events per transaction, pause randomly before
@@ -85,26 +76,37 @@ fn repeatable_read_reader_sees_every_event_once() {
 /// increasing positions.
 #[test]
 fn concurrent_writers_and_a_paging_reader_agree_exactly() {
+    let committed = read_while_writing(6, Duration::from_secs(5), |reader, after| {
+        let page = read_after(reader, after);
+        std::thread::sleep(Duration::from_millis(rand::thread_rng().gen_range(0..3)));
+        page
+    });
+    assert!(committed > 200, "the run exercised enough commits ({committed})");
+}
+
+/// Run `n` writers for `duration` while `read_page(reader, after)` pages
+/// through the events; then read the rest and check the reader saw exactly the
+/// committed set. Returns how many events were committed.
+fn read_while_writing(n: usize, duration: Duration, mut read_page: impl FnMut(&mut Client, i64) -> Vec<i64>) -> usize {
     let db = TestDb::new();
     let committed = Arc::new(Mutex::new(BTreeSet::new()));
     let stop = Arc::new(AtomicBool::new(false));
-    let writers = spawn_writers(&db, 6, committed.clone(), stop.clone());
+    let writers = spawn_writers(&db, n, committed.clone(), stop.clone());
     let mut reader = db.connect();
     let mut seen = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + duration;
     while Instant::now() < deadline {
         let after = seen.last().copied().unwrap_or(0);
-        seen.extend(read_after(&mut reader, after));
-        std::thread::sleep(Duration::from_millis(rand::thread_rng().gen_range(0..3)));
+        seen.extend(read_page(&mut reader, after));
     }
     stop.store(true, Ordering::Relaxed);
     for w in writers {
         w.join().unwrap();
     }
-    let total = committed.lock().unwrap().len();
-    assert!(total > 200, "the run exercised enough commits ({total})");
     drain(&mut reader, &mut seen, &committed);
-    check_exactly_committed(&seen, &committed.lock().unwrap());
+    let committed = committed.lock().unwrap();
+    check_exactly_committed(&seen, &committed);
+    committed.len()
 }
 
 fn spawn_writers(
