@@ -87,8 +87,14 @@ test: setup install start
 # (c) later: quick benchmark as part of `make test` (or enable it in scripts/test.sh):
 #	$(MAKE) bench QUICK=1
 
-bench:
-	@echo "==> bench: not yet"
+# Benchmarks (bench/bench.py): full run rewrites docs/benchmarks.md and docs/bench-*.png;
+# QUICK=1 is a smoke run (< 1 min) that reports to target/bench-quick/ instead.
+# Exits non-zero only if the harness breaks, not on a missed target.
+BENCH_PYTHON ?= python3
+BENCH_ARGS   ?=
+bench: setup install start
+	@echo "==> bench$(if $(filter-out 0,$(QUICK)), (quick))"
+	@$(BENCH_PYTHON) $(CURDIR)/bench/bench.py $(if $(filter-out 0,$(QUICK)),--quick) $(BENCH_ARGS)
 
 clean-cluster:
 	@echo "==> clean-cluster"
