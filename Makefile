@@ -42,7 +42,7 @@ help:
 	@echo "  psql           start if needed, CREATE EXTENSION IF NOT EXISTS, open psql (PSQL_ARGS=...)"
 	@echo "  demo           setup + install + start, then run scripts/demo.sh"
 	@echo "  test           setup + install + start, then pgrx tests and integration tests"
-	@echo "  bench          benchmarks (not yet)"
+	@echo "  bench          benchmarks side by side, report in docs/benchmarks.md (QUICK=1: smoke run)"
 	@echo "  clean-cluster  stop and delete the dev cluster"
 	@echo ""
 	@echo "  PG_CONFIG=$(PG_CONFIG)"
@@ -84,8 +84,6 @@ demo: setup install start
 test: setup install start
 	@echo "==> test"
 	@bash $(SCRIPTS)/test.sh
-# (c) later: quick benchmark as part of `make test` (or enable it in scripts/test.sh):
-#	$(MAKE) bench QUICK=1
 
 # Benchmarks (bench/bench.py): full run rewrites docs/benchmarks.md and docs/bench-*.png;
 # QUICK=1 is a smoke run (< 1 min) that reports to target/bench-quick/ instead.

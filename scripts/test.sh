@@ -108,8 +108,9 @@ else
     skip_suite "integration tests (cargo test --test '*')" "no tests/*.rs"
 fi
 
-# --- (c) quick benchmark (later) -------------------------------------------------
-# run_suite "quick benchmark (make bench QUICK=1)" bench "${MAKE:-make}" -C "$REPO_ROOT" bench QUICK=1
+# --- (c) benchmark smoke run, so the harness never rots ------------------------------
+run_suite "benchmark smoke run (bench/bench.py --quick)" bench \
+    python3 "$REPO_ROOT/bench/bench.py" --quick
 
 # --- summary -----------------------------------------------------------------------
 echo

@@ -82,10 +82,13 @@ $$;
 -- streams.events: final events only (position <= horizon, as this reader's
 -- snapshot sees it). Query it with plain SQL; its indexes serve ranges by
 -- position, by (stream, position), by time and by tx.
+-- Every final event has its transactions row (the worker writes both in one
+-- transaction), so the LEFT JOIN returns what an inner join would; unlike an
+-- inner join, the planner drops it from queries that do not read "time".
 CREATE VIEW streams.events AS
 SELECT e.position, e.stream, t.committed_at AS "time", e.tx, e.data
 FROM streams.event_log e
-JOIN streams.transactions t ON t.tx = e.tx
+LEFT JOIN streams.transactions t ON t.tx = e.tx
 WHERE e.position <= (SELECT h.horizon FROM streams.horizon_state h);
 
 COMMENT ON VIEW streams.events IS 'Final events: position, stream, time (commit time), tx (xid8), data.';
@@ -102,6 +105,31 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$
     SELECT e.* FROM streams.events e WHERE e.position = get."position"
 $$;
 
+-- streams._replay_start(after, since, from_tx) -> bigint
+-- Where a replay starts: the position after which events are returned, or
+-- null when `since` or `from_tx` names nothing final (yet). Checks that at
+-- most one is given. SECURITY DEFINER: it reads streams.transactions, which
+-- readers need no access to.
+CREATE FUNCTION streams._replay_start(after bigint, since timestamptz, from_tx xid8) RETURNS bigint
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF num_nonnulls(after, since, from_tx) > 1 THEN
+        RAISE EXCEPTION 'streams.replay: give at most one of after, since and from_tx'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'after => a position, since => a time, or from_tx => a transaction id.';
+    ELSIF after IS NOT NULL THEN
+        RETURN after;
+    ELSIF since IS NOT NULL THEN
+        -- The first final event committed at or after `since`; replay's time
+        -- filter drops earlier commits that sit later on the timeline.
+        RETURN (SELECT min(t.first_position) - 1 FROM streams.transactions t WHERE t.committed_at >= since);
+    ELSIF from_tx IS NOT NULL THEN
+        RETURN (SELECT t.first_position - 1 FROM streams.transactions t WHERE t.tx = from_tx);
+    END IF;
+    RETURN 0;
+END
+$$;
+
 -- streams.replay(stream, after, since, from_tx, max_events) -> setof streams.events
 -- Final events in position order, at most max_events of them.
 --   stream     exact name, a prefix pattern ('payment.*'), '*' or null (all streams)
@@ -110,7 +138,9 @@ $$;
 --   from_tx    from that transaction's first event on (the whole timeline, not just its events)
 --   none       from the beginning
 -- At most one of after/since/from_tx. To page, continue with after => the last position seen.
--- SECURITY DEFINER: EXECUTE is enough to replay (it reads streams.transactions too).
+-- A single SQL query that PostgreSQL inlines into the caller's: with literal
+-- arguments the helpers fold to constants and it plans like a hand-written
+-- range query on streams.events.
 CREATE FUNCTION streams.replay(
     stream     text        DEFAULT NULL,
     after      bigint      DEFAULT NULL,
@@ -118,62 +148,17 @@ CREATE FUNCTION streams.replay(
     from_tx    xid8        DEFAULT NULL,
     max_events integer     DEFAULT 1000
 ) RETURNS SETOF streams.events
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    start_after bigint := 0;
-    exact_name  text;
-    low_name    text;
-    high_name   text;
-BEGIN
-    IF num_nonnulls(replay.after, replay.since, replay.from_tx) > 1 THEN
-        RAISE EXCEPTION 'streams.replay: give at most one of after, since and from_tx'
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'after => a position, since => a time, or from_tx => a transaction id.';
-    END IF;
-    IF replay.max_events IS NULL THEN
-        RAISE EXCEPTION 'streams.replay: max_events must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF replay.max_events < 0 THEN
-        RAISE EXCEPTION 'streams.replay: max_events must be zero or more, not %', replay.max_events
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF replay.stream IS NOT NULL THEN
-        SELECT s.exact, s.prefix_low, s.prefix_high INTO exact_name, low_name, high_name
-        FROM streams._stream_selector(replay.stream) s;
-    END IF;
-
-    IF replay.after IS NOT NULL THEN
-        start_after := replay.after;
-    ELSIF replay.since IS NOT NULL THEN
-        -- The first final event committed at or after `since`; the time filter
-        -- below drops earlier commits that sit later on the timeline.
-        SELECT min(t.first_position) - 1 INTO start_after
-        FROM streams.transactions t WHERE t.committed_at >= replay.since;
-    ELSIF replay.from_tx IS NOT NULL THEN
-        SELECT t.first_position - 1 INTO start_after
-        FROM streams.transactions t WHERE t.tx = replay.from_tx;
-    END IF;
-    IF start_after IS NULL THEN
-        RETURN; -- no such time or transaction among the final events (yet)
-    END IF;
-
-    IF exact_name IS NOT NULL THEN
-        RETURN QUERY SELECT e.* FROM streams.events e
-            WHERE e.stream = exact_name AND e.position > start_after
-              AND (replay.since IS NULL OR e."time" >= replay.since)
-            ORDER BY e.position LIMIT replay.max_events;
-    ELSIF low_name IS NOT NULL THEN
-        RETURN QUERY SELECT e.* FROM streams.events e
-            WHERE e.stream >= low_name AND e.stream < high_name AND e.position > start_after
-              AND (replay.since IS NULL OR e."time" >= replay.since)
-            ORDER BY e.position LIMIT replay.max_events;
-    ELSE
-        RETURN QUERY SELECT e.* FROM streams.events e
-            WHERE e.position > start_after
-              AND (replay.since IS NULL OR e."time" >= replay.since)
-            ORDER BY e.position LIMIT replay.max_events;
-    END IF;
-END
+LANGUAGE sql STABLE AS $$
+    SELECT e.*
+    FROM streams.events e
+    WHERE e.position > streams._replay_start(replay.after, replay.since, replay.from_tx)
+      AND (streams._stream_exact(replay.stream) IS NULL OR e.stream = streams._stream_exact(replay.stream))
+      AND (streams._stream_prefix_low(replay.stream) IS NULL
+           OR (e.stream >= streams._stream_prefix_low(replay.stream)
+               AND e.stream < streams._stream_prefix_high(replay.stream)))
+      AND (replay.since IS NULL OR e."time" >= replay.since)
+    ORDER BY e.position
+    LIMIT streams._replay_limit(replay.max_events)
 $$;
 
 -------------------------------------------------------------------------------
@@ -184,15 +169,11 @@ $$;
 -- Append one event in the caller's transaction and return its position. It
 -- becomes visible (streams.events, LISTEN "<stream>") once the transaction
 -- commits and every transaction that published before it has finished.
--- SECURITY DEFINER: granting EXECUTE is enough to publish; the body names
--- every object with its schema.
+-- SECURITY DEFINER: granting EXECUTE is enough to publish. Implemented in
+-- Rust (src/publish.rs): a position, then an INSERT through a kept plan.
 CREATE FUNCTION streams.publish(stream text, data jsonb) RETURNS bigint
-LANGUAGE sql VOLATILE SECURITY DEFINER AS $$
-    INSERT INTO streams.event_log (position, stream, tx, data)
-    VALUES (streams._allocate_position(publish.stream, publish.data IS NULL),
-            publish.stream, pg_catalog.pg_current_xact_id(), publish.data)
-    RETURNING event_log.position
-$$;
+LANGUAGE c VOLATILE SECURITY DEFINER
+AS 'MODULE_PATHNAME', 'litebase_streams_publish';
 
 -- streams.publish_batch(stream text, data jsonb[]) -> setof bigint
 -- Append one event per array element, positions increasing in array order.
@@ -245,6 +226,10 @@ COMMENT ON VIEW streams.status IS 'Horizon, newest position, worker state and la
 REVOKE ALL ON ALL TABLES IN SCHEMA streams FROM PUBLIC;
 REVOKE ALL ON SEQUENCE streams.position_seq FROM PUBLIC;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA streams FROM PUBLIC;
+-- replay is inlined into the caller's query, so its helpers run as the caller
+-- (who still needs USAGE on the schema and SELECT on streams.events).
+GRANT EXECUTE ON FUNCTION streams._replay_start(bigint, timestamptz, xid8), streams._stream_exact(text),
+    streams._stream_prefix_low(text), streams._stream_prefix_high(text), streams._replay_limit(integer) TO PUBLIC;
 
 -- Start this database's worker when CREATE EXTENSION commits.
 SELECT streams._launch_worker();

@@ -7,10 +7,13 @@
 //! fails (say, the notification queue is full) delivers nothing and persists
 //! nothing: the next round starts again from the persisted horizon.
 
+use std::cell::RefCell;
 use std::ffi::CString;
+use std::rc::Rc;
 
 use pgrx::prelude::*;
-use pgrx::spi::{SpiClient, SpiResult};
+use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult};
+use pgrx::{PgBuiltInOids, PgOid};
 
 use crate::horizon;
 use crate::pg_decls;
@@ -68,10 +71,37 @@ pub fn run(db: pg_sys::Oid, entry: &DbEntry, batch_size: i64) -> Round {
         .unwrap_or_else(|e| error!("litebase_streams delivery: {e}"))
 }
 
+/// The round's three statements, planned once per worker and kept (the plan
+/// cache re-plans them if the tables change).
+struct Plans {
+    read_state: OwnedPreparedStatement,
+    fetch: OwnedPreparedStatement,
+    save: OwnedPreparedStatement,
+}
+
+thread_local! {
+    static PLANS: RefCell<Option<Rc<Plans>>> = const { RefCell::new(None) };
+}
+
+fn plans(client: &SpiClient<'_>) -> SpiResult<Rc<Plans>> {
+    if let Some(plans) = PLANS.with(|p| p.borrow().clone()) {
+        return Ok(plans);
+    }
+    let int8 = PgOid::BuiltIn(PgBuiltInOids::INT8OID);
+    let plans = Rc::new(Plans {
+        read_state: client.prepare(READ_STATE, &[])?.keep(),
+        fetch: client.prepare_mut(FETCH_FINAL_EVENTS, &[int8, int8, int8])?.keep(),
+        save: client.prepare_mut(SAVE_HORIZON, &[int8])?.keep(),
+    });
+    PLANS.with(|p| *p.borrow_mut() = Some(plans.clone()));
+    Ok(plans)
+}
+
 fn deliver(client: &mut SpiClient<'_>, db: pg_sys::Oid, entry: &DbEntry, batch_size: i64) -> SpiResult<Round> {
+    let plans = plans(client)?;
     // Order matters (see horizon.rs): the newest allocated position first,
     // then the publishers' slots, then a fresh snapshot for the events.
-    let state = client.select(READ_STATE, None, &[])?.first();
+    let state = client.select(&plans.read_state, None, &[])?.first();
     let persisted = state.get::<i64>(1)?.unwrap_or(0);
     let max_allocated = state.get::<i64>(2)?.unwrap_or(0).max(0) as u64;
     let held = shmem::held_positions(db);
@@ -85,7 +115,7 @@ fn deliver(client: &mut SpiClient<'_>, db: pg_sys::Oid, entry: &DbEntry, batch_s
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
     }
 
-    let rows = client.update(FETCH_FINAL_EVENTS, None, &[persisted.into(), horizon.into(), batch_size.into()])?;
+    let rows = client.update(&plans.fetch, None, &[persisted.into(), horizon.into(), batch_size.into()])?;
     let fetched = rows.len() as i64;
     let mut last = persisted;
     for row in rows {
@@ -106,6 +136,6 @@ fn deliver(client: &mut SpiClient<'_>, db: pg_sys::Oid, entry: &DbEntry, batch_s
 
     let more = fetched == batch_size;
     let delivered = if more { last } else { horizon };
-    client.update(SAVE_HORIZON, None, &[delivered.into()])?;
+    client.update(&plans.save, None, &[delivered.into()])?;
     Ok(Round::Delivered { horizon: delivered, more })
 }
