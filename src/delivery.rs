@@ -58,9 +58,12 @@ const READ_STATE: &str = "
 SELECT coalesce((SELECT horizon FROM streams.horizon_state), 0),
        (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM streams.position_seq)";
 
+/// An UPDATE (a HOT update of one row) in the common case; the row is
+/// inserted by the first round instead of by the extension script, so that
+/// restoring a dump (which carries the row) does not collide with it.
 const SAVE_HORIZON: &str = "
-INSERT INTO streams.horizon_state (id, horizon) VALUES (true, $1)
-ON CONFLICT (id) DO UPDATE SET horizon = excluded.horizon";
+WITH updated AS (UPDATE streams.horizon_state SET horizon = $1 WHERE id RETURNING 1)
+INSERT INTO streams.horizon_state (id, horizon) SELECT true, $1 WHERE NOT EXISTS (SELECT FROM updated)";
 
 /// Run one round inside the caller's transaction (which has an active snapshot).
 pub fn run(db: pg_sys::Oid, entry: &DbEntry, batch_size: i64) -> Round {
