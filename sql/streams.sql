@@ -180,20 +180,14 @@ AS 'MODULE_PATHNAME', 'litebase_streams_publish';
 
 -- streams.publish_batch(stream text, data jsonb[]) -> setof bigint
 -- Append one event per array element, positions increasing in array order.
+CREATE FUNCTION streams._publish_batch(stream text, data jsonb[]) RETURNS bigint[]
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'litebase_streams_publish_batch';
+COMMENT ON FUNCTION streams._publish_batch(text, jsonb[]) IS 'Internal: publish_batch''s positions as an array.';
+
 CREATE FUNCTION streams.publish_batch(stream text, data jsonb[]) RETURNS SETOF bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER AS $$
-BEGIN
-    IF publish_batch.data IS NULL THEN
-        RAISE EXCEPTION 'data must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    RETURN QUERY
-    INSERT INTO streams.event_log (position, stream, tx, data)
-    SELECT streams._allocate_position(publish_batch.stream, d.item IS NULL),
-           publish_batch.stream, pg_catalog.pg_current_xact_id(), d.item
-    FROM pg_catalog.unnest(publish_batch.data) WITH ORDINALITY AS d(item, n)
-    ORDER BY d.n
-    RETURNING event_log.position;
-END
+LANGUAGE sql VOLATILE SECURITY DEFINER AS $$
+    SELECT pg_catalog.unnest(streams._publish_batch(publish_batch.stream, publish_batch.data))
 $$;
 
 -------------------------------------------------------------------------------

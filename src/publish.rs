@@ -1,10 +1,10 @@
 //! The publish path: allocate a position, announce it in shared memory, and
 //! clear the announcement when the transaction ends.
 //!
-//! `streams.publish` inserts through a plan kept per backend;
-//! `streams.publish_batch` is SQL whose positions come from
-//! `streams._allocate_position`. Publishers never NOTIFY and never wait for
-//! one another; the worker delivers after commit.
+//! `streams.publish` and `streams.publish_batch` are C-level functions that
+//! insert through plans kept per backend, passing the caller's jsonb through
+//! untouched. Publishers never NOTIFY and never wait for one another; the
+//! worker delivers after commit.
 //!
 //! The transaction callback is registered once, when the library is preloaded,
 //! and does nothing in transactions that did not publish. At commit and abort
@@ -14,6 +14,7 @@ use std::cell::Cell;
 use std::ffi::c_void;
 
 use pgrx::prelude::*;
+use pgrx::IntoDatum;
 
 use crate::error::{OrRaise, StreamsError};
 use crate::notify::validate_stream_name;
@@ -75,45 +76,92 @@ pub extern "C" fn pg_finfo_litebase_streams_publish() -> &'static pg_sys::Pg_fin
     &V1_API
 }
 
-const INSERT_EVENT: &std::ffi::CStr =
-    c"INSERT INTO streams.event_log (position, stream, tx, data) VALUES ($1, $2, $3, $4)";
+/// `streams._publish_batch(stream text, data jsonb[]) → bigint[]`, behind
+/// `streams.publish_batch` (sql/streams.sql): one position per element, in
+/// array order, then one INSERT of all rows through a kept plan.
+#[pg_guard]
+#[no_mangle]
+pub unsafe extern "C-unwind" fn litebase_streams_publish_batch(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    let stream = pgrx::fcinfo::pg_getarg::<&str>(fcinfo, 0);
+    if pgrx::fcinfo::pg_arg_is_null(fcinfo, 1) {
+        StreamsError::NullArgument("data").raise();
+    }
+    let array = pg_sys::pg_detoast_datum(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1).cast_mut_ptr())
+        as *mut pg_sys::ArrayType;
+    if pg_sys::array_contains_nulls(array) {
+        StreamsError::NullArgument("each element of data").raise();
+    }
+    let dims = (array as *mut u8).add(std::mem::size_of::<pg_sys::ArrayType>()) as *mut i32;
+    let count = pg_sys::ArrayGetNItems((*array).ndim, dims);
+    // Checked up front too, so that an empty array with a bad name still fails.
+    validate_stream_name(stream.ok_or(StreamsError::NullArgument("stream")).or_raise()).or_raise();
+    let positions: Vec<i64> = (0..count).map(|_| allocate_position(stream)).collect();
+    let positions = positions.into_datum().expect("an array datum");
+    let stream = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0);
+    run_kept_plan(&INSERT_BATCH, [positions, stream, current_tx(), pg_sys::Datum::from(array)]);
+    positions
+}
+
+#[no_mangle]
+#[doc(hidden)]
+pub extern "C" fn pg_finfo_litebase_streams_publish_batch() -> &'static pg_sys::Pg_finfo_record {
+    const V1_API: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1_API
+}
+
+/// An INSERT planned once per backend and kept; the plan cache re-plans it
+/// when the table changes (even a dropped and recreated extension).
+struct KeptInsert {
+    sql: &'static std::ffi::CStr,
+    types: [pg_sys::Oid; 4],
+    plan: std::thread::LocalKey<Cell<pg_sys::SPIPlanPtr>>,
+}
 
 thread_local! {
-    /// The INSERT, planned once per backend. The plan cache re-plans it when
-    /// the table changes (even a dropped and recreated extension).
-    static INSERT_PLAN: Cell<pg_sys::SPIPlanPtr> = const { Cell::new(std::ptr::null_mut()) };
+    static INSERT_EVENT_PLAN: Cell<pg_sys::SPIPlanPtr> = const { Cell::new(std::ptr::null_mut()) };
+    static INSERT_BATCH_PLAN: Cell<pg_sys::SPIPlanPtr> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+static INSERT_EVENT: KeptInsert = KeptInsert {
+    sql: c"INSERT INTO streams.event_log (position, stream, tx, data) VALUES ($1, $2, $3, $4)",
+    types: [pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::XID8OID, pg_sys::JSONBOID],
+    plan: INSERT_EVENT_PLAN,
+};
+
+static INSERT_BATCH: KeptInsert = KeptInsert {
+    sql: c"INSERT INTO streams.event_log (position, stream, tx, data)
+           SELECT u.position, $2, $3, u.data FROM unnest($1, $4) AS u(position, data)",
+    types: [pg_sys::INT8ARRAYOID, pg_sys::TEXTOID, pg_sys::XID8OID, pg_sys::JSONBARRAYOID],
+    plan: INSERT_BATCH_PLAN,
+};
+
+/// The publishing transaction's xid8 (assigning one if needed).
+fn current_tx() -> pg_sys::Datum {
+    pg_sys::Datum::from(unsafe { pg_sys::GetTopFullTransactionId() }.value)
 }
 
 unsafe fn insert_event(position: i64, stream: pg_sys::Datum, data: pg_sys::Datum) {
-    let tx = pg_sys::GetTopFullTransactionId().value;
+    run_kept_plan(&INSERT_EVENT, [pg_sys::Datum::from(position), stream, current_tx(), data]);
+}
+
+unsafe fn run_kept_plan(insert: &'static KeptInsert, mut values: [pg_sys::Datum; 4]) {
     if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
         error!("litebase_streams: SPI_connect failed");
     }
-    let mut plan = INSERT_PLAN.with(|p| p.get());
+    let mut plan = insert.plan.with(|p| p.get());
     if plan.is_null() {
-        let mut types = [pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::XID8OID, pg_sys::JSONBOID];
-        plan = pg_sys::SPI_prepare(INSERT_EVENT.as_ptr(), types.len() as i32, types.as_mut_ptr());
+        let mut types = insert.types;
+        plan = pg_sys::SPI_prepare(insert.sql.as_ptr(), types.len() as i32, types.as_mut_ptr());
         if plan.is_null() || pg_sys::SPI_keepplan(plan) != 0 {
             error!("litebase_streams: cannot prepare the event insert");
         }
-        INSERT_PLAN.with(|p| p.set(plan));
+        insert.plan.with(|p| p.set(plan));
     }
-    let mut values = [pg_sys::Datum::from(position), stream, pg_sys::Datum::from(tx), data];
     let status = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), std::ptr::null(), false, 0);
     if status != pg_sys::SPI_OK_INSERT as i32 {
         error!("litebase_streams: event insert failed (SPI status {status})");
     }
     pg_sys::SPI_finish();
-}
-
-/// Validate one event and allocate its position, for `streams.publish_batch`
-/// (once per element); not meant to be called directly.
-#[pg_extern(volatile, parallel_unsafe)]
-fn _allocate_position(stream: Option<&str>, data_is_null: Option<bool>) -> i64 {
-    if data_is_null != Some(false) {
-        StreamsError::NullArgument("data").raise();
-    }
-    allocate_position(stream)
 }
 
 /// Validate the stream name and allocate a position, announcing the

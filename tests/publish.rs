@@ -145,6 +145,8 @@ fn bad_input_gets_a_sqlstate_and_writes_nothing() {
         ("SELECT streams.publish_batch('orders', NULL)", "22004"),
         ("SELECT streams.publish_batch('orders', ARRAY['{}', NULL]::jsonb[])", "22004"),
         ("SELECT streams.publish_batch('bad name', ARRAY['{}']::jsonb[])", "22023"),
+        ("SELECT streams.publish_batch('bad name', ARRAY[]::jsonb[])", "22023"),
+        ("SELECT streams.publish_batch(NULL, ARRAY['{}']::jsonb[])", "22004"),
         ("SELECT * FROM streams.replay(after => 1, since => now())", "22023"),
         ("SELECT * FROM streams.replay(after => 1, from_tx => '1'::xid8)", "22023"),
         ("SELECT * FROM streams.replay(max_events => -1)", "22023"),
