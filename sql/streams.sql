@@ -98,14 +98,16 @@ $$;
 -- Every final event has its transactions row (the worker writes both in one
 -- transaction), so the LEFT JOIN returns what an inner join would; unlike an
 -- inner join, the planner drops it from queries that do not read "time".
--- The horizon test is wrapped in IS TRUE so the planner does not fold it with
--- the caller's own `position > x` into a range it would guess to be tiny (it
--- is nearly everything): ordered scans then stay ordered instead of sorting.
+-- The horizon test is written as (position > horizon) IS NOT TRUE: the
+-- planner then neither folds it with the caller's own `position > x` into a
+-- range it guesses to be tiny, nor rewrites it back into one (as it would a
+-- NOT), and it guesses it keeps most rows, which it does. Ordered scans then
+-- stay ordered instead of sorting.
 CREATE VIEW streams.events AS
 SELECT e.position, e.stream, t.committed_at AS "time", e.tx, e.data
 FROM streams.event_log e
 LEFT JOIN streams.transactions t ON t.tx = e.tx
-WHERE (e.position <= (SELECT h.horizon FROM streams.horizon_state h)) IS TRUE;
+WHERE (e.position > coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)) IS NOT TRUE;
 
 COMMENT ON VIEW streams.events IS 'Final events: position, stream, time (commit time), tx (xid8), data.';
 COMMENT ON COLUMN streams.events.position IS 'Place on the database''s global timeline; readers never see a lower one appear later.';
@@ -121,29 +123,35 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$
     SELECT e.* FROM streams.events e WHERE e.position = get."position"
 $$;
 
--- streams._replay_start(after, since, from_tx) -> bigint
--- Where a replay starts: the position after which events are returned, or
--- null when `since` or `from_tx` names nothing final (yet). Checks that at
--- most one is given. SECURITY DEFINER: it reads streams.transactions, which
--- readers need no access to.
-CREATE FUNCTION streams._replay_start(after bigint, since timestamptz, from_tx xid8) RETURNS bigint
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- streams._replay_check(after, since, from_tx) -> boolean
+-- True, or 22023 when more than one of them is given. IMMUTABLE: with literal
+-- arguments it runs once, at plan time.
+CREATE FUNCTION streams._replay_check(after bigint, since timestamptz, from_tx xid8) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF num_nonnulls(after, since, from_tx) > 1 THEN
         RAISE EXCEPTION 'streams.replay: give at most one of after, since and from_tx'
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'after => a position, since => a time, or from_tx => a transaction id.';
-    ELSIF after IS NOT NULL THEN
-        RETURN after;
-    ELSIF since IS NOT NULL THEN
-        -- The first final event committed at or after `since`; replay's time
-        -- filter drops earlier commits that sit later on the timeline.
-        RETURN (SELECT min(t.first_position) - 1 FROM streams.transactions t WHERE t.committed_at >= since);
-    ELSIF from_tx IS NOT NULL THEN
-        RETURN (SELECT t.first_position - 1 FROM streams.transactions t WHERE t.tx = from_tx);
     END IF;
-    RETURN 0;
+    RETURN true;
 END
+$$;
+
+-- streams._replay_start(since, from_tx) -> bigint
+-- Where a replay from a time or a transaction starts: the position after which
+-- events are returned, or null when it names nothing final (yet).
+-- SECURITY DEFINER: it reads streams.transactions, which readers need no
+-- access to.
+CREATE FUNCTION streams._replay_start(since timestamptz, from_tx xid8) RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE
+        WHEN since IS NOT NULL THEN
+            -- The first final event committed at or after `since`; replay's time
+            -- filter drops earlier commits that sit later on the timeline.
+            (SELECT min(t.first_position) - 1 FROM streams.transactions t WHERE t.committed_at >= since)
+        ELSE (SELECT t.first_position - 1 FROM streams.transactions t WHERE t.tx = from_tx)
+    END
 $$;
 
 -- streams.replay(stream, after, since, from_tx, max_events) -> setof streams.events
@@ -167,7 +175,11 @@ CREATE FUNCTION streams.replay(
 LANGUAGE sql STABLE AS $$
     SELECT e.*
     FROM streams.events e
-    WHERE e.position > streams._replay_start(replay.after, replay.since, replay.from_tx)
+    WHERE streams._replay_check(replay.after, replay.since, replay.from_tx)
+      -- after => a position, or nothing: a constant the planner can estimate with.
+      AND e.position > CASE WHEN replay.since IS NULL AND replay.from_tx IS NULL
+                            THEN coalesce(replay.after, 0)
+                            ELSE streams._replay_start(replay.since, replay.from_tx) END
       AND (streams._stream_exact(replay.stream) IS NULL OR e.stream = streams._stream_exact(replay.stream))
       AND (streams._stream_prefix_low(replay.stream) IS NULL
            OR (e.stream >= streams._stream_prefix_low(replay.stream)
@@ -238,7 +250,8 @@ REVOKE ALL ON SEQUENCE streams.position_seq FROM PUBLIC;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA streams FROM PUBLIC;
 -- replay is inlined into the caller's query, so its helpers run as the caller
 -- (who still needs USAGE on the schema and SELECT on streams.events).
-GRANT EXECUTE ON FUNCTION streams._replay_start(bigint, timestamptz, xid8), streams._stream_exact(text),
+GRANT EXECUTE ON FUNCTION streams._replay_start(timestamptz, xid8), streams._replay_check(bigint, timestamptz, xid8),
+    streams._stream_exact(text),
     streams._stream_prefix_low(text), streams._stream_prefix_high(text), streams._replay_limit(integer) TO PUBLIC;
 
 -- Start this database's worker when CREATE EXTENSION commits.
