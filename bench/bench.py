@@ -960,8 +960,8 @@ def shortfall_notes(res, top, pub, plain, notif, cpu_med, cpu_us):
             f"({cpu_us('publish', top) / cpu_us('plain', top):.2f}x). The delivery worker "
             f"alone took {cpu_med('publish', top, 'worker'):.0f}% of one CPU (per round it inserts "
             "into `streams.transactions`, NOTIFYs each event and updates `streams.horizon_state`); "
-            "the rest of the difference is the publish path itself (SQL function, position "
-            "allocation, the extra index on `event_log`). The Python LISTEN client used another "
+            "most of the rest is the publish path itself (SECURITY DEFINER call, position "
+            "allocation, the INSERT through SPI). The Python LISTEN client used another "
             f"{cpu_med('publish', top, 'listener'):.0f}% of one CPU, outside the server.")
     if any(n.startswith("publish vs INSERT + pg_notify") for n in short):
         notes.append(
@@ -984,11 +984,10 @@ def shortfall_notes(res, top, pub, plain, notif, cpu_med, cpu_us):
         rep = res["replay"]
         e = rep["events_per_s"]
         notes.append(
-            "**replay:** `streams.replay()` is a PL/pgSQL function: `RETURN QUERY` collects every "
-            "row in a tuplestore (spilled to disk past `work_mem` = "
-            f"{res['machine']['settings']['work_mem']}) before the caller reads the first one, and "
-            "it reads through the `streams.events` view, which joins each event with "
-            "`streams.transactions` for its commit time; the view's plan nodes here: "
+            "**replay:** `streams.replay()` is inlined into the query and reads through the "
+            "`streams.events` view, which joins each event with `streams.transactions` for its "
+            "commit time (the time is known only after the event's row was written, and rows are "
+            "never updated); that per-row lookup is the difference. The view's plan nodes here: "
             f"`{plan_shape(rep['plans']['view']['server'])}` against `{plan_shape(rep['plans']['raw']['server'])}` "
             f"for the raw scan. Received by a client (COPY), the gap narrows to "
             f"{e['copy']['replay'] / e['copy']['raw']:.2f}x (replay) and "
@@ -1003,8 +1002,8 @@ def shortfall_notes(res, top, pub, plain, notif, cpu_med, cpu_us):
             e = st["events"]
             notes.append(
                 f"**storage, {what}:** {st['ours_per_event']:.0f} B per event against "
-                f"{st['plain_per_row']:.0f} B; `streams.transactions` (one row and two index "
-                f"entries per publishing transaction) accounts for {st['transactions_total'] / e:.0f} B "
+                f"{st['plain_per_row']:.0f} B; `streams.transactions` (one row, one btree and "
+                f"one BRIN entry per publishing transaction) accounts for {st['transactions_total'] / e:.0f} B "
                 f"of it, `event_log` for {st['event_log_total'] / e:.0f} B (heap "
                 f"{st['event_log_heap'] / e:.0f} B, {st['event_log_index_count']} indexes "
                 f"{st['event_log_indexes'] / e:.0f} B; bench_plain: heap "
