@@ -52,3 +52,17 @@ pub fn notify(channel: &std::ffi::CStr, payload: &std::ffi::CStr) {
 pub fn max_prepared_xacts() -> i32 {
     unsafe { raw::max_prepared_xacts }
 }
+
+/// `PG_FUNCTION_INFO_V1` for a C-level function declared by hand in
+/// sql/streams.sql: `function_info_v1!(pg_finfo_<symbol>);`.
+macro_rules! function_info_v1 {
+    ($finfo:ident) => {
+        #[no_mangle]
+        #[doc(hidden)]
+        pub extern "C" fn $finfo() -> &'static pgrx::pg_sys::Pg_finfo_record {
+            const V1_API: pgrx::pg_sys::Pg_finfo_record = pgrx::pg_sys::Pg_finfo_record { api_version: 1 };
+            &V1_API
+        }
+    };
+}
+pub(crate) use function_info_v1;

@@ -53,8 +53,8 @@ fn position_sequence() -> pg_sys::Oid {
 
 /// `streams.publish(stream text, data jsonb) → bigint`, declared in
 /// sql/streams.sql. A C-level function so that the caller's jsonb datum goes
-/// into the INSERT untouched, through a plan prepared once per backend: the
-/// publish path costs about what a plain INSERT does.
+/// into the INSERT untouched, through a plan prepared once per backend: no
+/// parsing or planning per call, no conversion of the payload.
 #[pg_guard]
 #[no_mangle]
 pub unsafe extern "C-unwind" fn litebase_streams_publish(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
@@ -69,12 +69,7 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish(fcinfo: pg_sys::Functio
     pg_sys::Datum::from(position)
 }
 
-#[no_mangle]
-#[doc(hidden)]
-pub extern "C" fn pg_finfo_litebase_streams_publish() -> &'static pg_sys::Pg_finfo_record {
-    const V1_API: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
-    &V1_API
-}
+pg_decls::function_info_v1!(pg_finfo_litebase_streams_publish);
 
 /// `streams._publish_batch(stream text, data jsonb[]) → bigint[]`, behind
 /// `streams.publish_batch` (sql/streams.sql): one position per element, in
@@ -102,12 +97,7 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish_batch(fcinfo: pg_sys::F
     positions
 }
 
-#[no_mangle]
-#[doc(hidden)]
-pub extern "C" fn pg_finfo_litebase_streams_publish_batch() -> &'static pg_sys::Pg_finfo_record {
-    const V1_API: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
-    &V1_API
-}
+pg_decls::function_info_v1!(pg_finfo_litebase_streams_publish_batch);
 
 /// An INSERT planned once per backend and kept; the plan cache re-plans it
 /// when the table changes (even a dropped and recreated extension).
