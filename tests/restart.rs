@@ -1,6 +1,6 @@
-//! Tests that stop and start the shared dev cluster. Cargo runs test binaries
-//! one at a time, but the tests of one binary in parallel: every test here
-//! holds SERVER, so two restarts never overlap.
+//! Tests that stop and start the shared dev cluster or change its settings.
+//! Cargo runs test binaries one at a time, but the tests of one binary in
+//! parallel: every test here holds SERVER, so two of them never overlap.
 
 mod common;
 
@@ -129,4 +129,49 @@ fn immediate_shutdown_keeps_every_committed_event() {
     let positions: Vec<i64> = final_events(&mut client).iter().map(|r| r.0).collect();
     let expected: Vec<i64> = all_committed.iter().copied().chain([fresh]).collect();
     assert_eq!(positions, expected, "streams.events after the restart");
+}
+
+/// Puts a server setting back when the test ends, even if it fails.
+struct ResetSetting(&'static str);
+
+impl Drop for ResetSetting {
+    fn drop(&mut self) {
+        let mut admin = common::admin();
+        let _ = admin.batch_execute(&format!("ALTER SYSTEM RESET {}", self.0));
+        let _ = admin.batch_execute("SELECT pg_reload_conf()");
+    }
+}
+
+/// With `litebase_streams.batch_size` far below the backlog, the worker
+/// delivers in many rounds, each persisting the horizon at its last event:
+/// every event still arrives exactly once, in order.
+#[test]
+fn small_batches_deliver_everything_once_in_order() {
+    let _server = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut admin = common::admin();
+    admin.batch_execute("ALTER SYSTEM SET litebase_streams.batch_size = 7").unwrap();
+    let _reset = ResetSetting("litebase_streams.batch_size");
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+
+    let db = TestDb::new();
+    let mut listener = Listener::new(&db, &["bulk"]);
+    let mut client = db.connect();
+    let shown: String = client.query_one("SHOW litebase_streams.batch_size", &[]).unwrap().get(0);
+    assert_eq!(shown, "7");
+    let mut expected: Vec<i64> = client
+        .query("SELECT streams.publish_batch('bulk', array_agg(jsonb_build_object('i', i))) FROM generate_series(1, 100) i", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    expected.push(publish(&mut client, "bulk", r#"{"i":101}"#));
+
+    let received: Vec<i64> = listener
+        .collect(expected.len(), Duration::from_secs(20))
+        .iter()
+        .map(|e| e["position"].as_i64().unwrap())
+        .collect();
+    assert_eq!(received, expected);
+    assert!(listener.next(Duration::from_millis(300)).is_none(), "nothing twice");
+    assert_eq!(horizon(&mut client), *expected.last().unwrap());
 }
