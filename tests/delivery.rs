@@ -559,3 +559,49 @@ fn reconnect_catch_up_has_no_gap_and_no_duplicate() {
     // and replay were notified too, and the pattern dropped exactly those.
     assert_eq!(dropped, committed[10..13].to_vec(), "notifications dropped as already seen");
 }
+
+/// A transaction whose events land on both sides of a horizon gets its commit
+/// time recorded once, and its later events carry the same time, even when a
+/// restarted worker (which remembers nothing) delivers them.
+#[test]
+fn straddling_transaction_keeps_its_commit_time_across_a_worker_restart() {
+    let db = TestDb::new();
+    let mut listener = Listener::new(&db, &["split"]);
+    let mut t = db.connect();
+    let mut u = db.connect();
+    let mut observer = db.connect();
+
+    t.batch_execute("BEGIN").unwrap();
+    let first = publish(&mut t, "split", r#"{"t":1}"#);
+    u.batch_execute("BEGIN").unwrap();
+    let held = publish(&mut u, "split", r#"{"u":1}"#);
+    let second = publish(&mut t, "split", r#"{"t":2}"#);
+    t.batch_execute("COMMIT").unwrap();
+    // U holds the horizon between T's two events: only T's first is final.
+    wait_for_horizon(&mut observer, first);
+    let early = listener.collect(1, Duration::from_secs(10));
+    assert_eq!(early.len(), 1);
+    assert_eq!(early[0]["position"].as_i64(), Some(first));
+    assert_eq!(horizon(&mut observer), first, "U holds the rest back");
+
+    let old_pid = db.wait_for_worker();
+    admin().execute("SELECT pg_terminate_backend($1)", &[&old_pid]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db.wait_for_worker() == old_pid {
+        assert!(Instant::now() < deadline, "the worker comes back");
+        thread::sleep(Duration::from_millis(50));
+    }
+    u.batch_execute("COMMIT").unwrap();
+
+    let rest = listener.collect(2, Duration::from_secs(10));
+    let positions: Vec<i64> = rest.iter().map(|e| e["position"].as_i64().unwrap()).collect();
+    assert_eq!(positions, vec![held, second]);
+    assert_eq!(rest[1]["time"], early[0]["time"], "one transaction, one commit time");
+    assert_eq!(rest[1]["tx"], early[0]["tx"]);
+    let stored: i64 = observer
+        .query_one("SELECT count(*) FROM streams.transactions WHERE tx = (SELECT tx FROM streams.get($1))", &[&first])
+        .unwrap()
+        .get(0);
+    assert_eq!(stored, 1);
+    assert!(listener.next(Duration::from_millis(300)).is_none(), "nothing twice");
+}
