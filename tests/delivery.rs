@@ -497,11 +497,7 @@ fn reconnect_catch_up_has_no_gap_and_no_duplicate() {
     // A client follows the stream, then disconnects.
     let mut first = Listener::new(&db, &[STREAM]);
     publish_n(&mut publisher, &mut committed, 5);
-    let seen: Vec<i64> = first
-        .collect(5, Duration::from_secs(10))
-        .iter()
-        .map(|v| v["position"].as_i64().unwrap())
-        .collect();
+    let seen: Vec<i64> = first.positions(5, Duration::from_secs(10));
     assert_eq!(seen, committed, "the first session did not receive the first five events");
     let p = *seen.last().unwrap();
     drop(first);

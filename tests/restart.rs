@@ -166,11 +166,7 @@ fn small_batches_deliver_everything_once_in_order() {
         .collect();
     expected.push(publish(&mut client, "bulk", r#"{"i":101}"#));
 
-    let received: Vec<i64> = listener
-        .collect(expected.len(), Duration::from_secs(20))
-        .iter()
-        .map(|e| e["position"].as_i64().unwrap())
-        .collect();
+    let received: Vec<i64> = listener.positions(expected.len(), Duration::from_secs(20));
     assert_eq!(received, expected);
     assert!(listener.next(Duration::from_millis(300)).is_none(), "nothing twice");
     assert_eq!(horizon(&mut client), *expected.last().unwrap());

@@ -33,11 +33,7 @@ fn failing_round_is_retried_and_publishers_are_unaffected() {
     assert!(listener.next(Duration::from_millis(200)).is_none(), "nothing delivered while rounds fail");
 
     blocker.batch_execute("COMMIT").unwrap();
-    let received: Vec<i64> = listener
-        .collect(positions.len(), Duration::from_secs(15))
-        .iter()
-        .map(|e| e["position"].as_i64().unwrap())
-        .collect();
+    let received: Vec<i64> = listener.positions(positions.len(), Duration::from_secs(15));
     assert_eq!(received, positions);
     assert!(listener.next(Duration::from_millis(500)).is_none(), "and nothing twice");
 }

@@ -164,6 +164,15 @@ impl Listener {
         it.next().unwrap().map(|n| (n.channel().to_owned(), n.payload().to_owned()))
     }
 
+    /// The positions of the next `count` notifications (fewer if `timeout`
+    /// passes in silence).
+    pub fn positions(&mut self, count: usize, timeout: Duration) -> Vec<i64> {
+        self.collect(count, timeout)
+            .iter()
+            .map(|event| event["position"].as_i64().expect("a payload has a position"))
+            .collect()
+    }
+
     /// Payloads parsed as JSON until `count` arrived or `timeout` passed in silence.
     pub fn collect(&mut self, count: usize, timeout: Duration) -> Vec<serde_json::Value> {
         let mut out = Vec::new();
