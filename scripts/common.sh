@@ -79,3 +79,16 @@ require_pg_bindir() {
 cluster_psql() {
     "$PG_BINDIR/psql" -h "$SOCKET_DIR" -p "$PGPORT" -U postgres -d "${PGDATABASE:-postgres}" "$@"
 }
+
+# Give the installed litebase_streams.so a fresh inode (copy, then rename over
+# it) before something rewrites it in place (cargo pgrx install / test do):
+# a running server keeps executing the old, now unlinked, file instead of
+# having its mapped code change under it (which crashes its processes).
+# The running server picks up the new build on its next restart.
+detach_installed_library() {
+    local lib
+    lib="$("$PG_CONFIG" --pkglibdir)/${EXT_NAME}.so"
+    [ -f "$lib" ] || return 0
+    as_root cp -p "$lib" "$lib.fresh"
+    as_root mv -f "$lib.fresh" "$lib"
+}

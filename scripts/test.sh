@@ -80,6 +80,9 @@ if [ "$IS_ROOT" -eq 1 ]; then
     clean_stale_pgrx_pgdata
     pgrx_test+=(--runas "$PG_RUNAS" --pgdata "$PGRX_TEST_PGDATA")
 fi
+# It installs a debug build over the release one: keep the running dev
+# cluster on the library it loaded.
+detach_installed_library
 run_suite "pgrx tests (cargo pgrx test pg15)" pgrx-test \
     env -u PGHOST -u PGPORT -u PGDATABASE -u PGUSER -u LITEBASE_STREAMS_DSN "${pgrx_test[@]}"
 
