@@ -95,6 +95,14 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT coalesce((SELECT horizon FROM streams.horizon_state), 0)
 $$;
 
+-- streams._newest_position() -> bigint
+-- The newest allocated position, final or not (0 before the first publish).
+-- Reads the sequence directly: no MVCC, no lock other sessions wait on.
+CREATE FUNCTION streams._newest_position() RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM streams.position_seq
+$$;
+
 -- streams.events: final events only (position <= horizon, as this reader's
 -- snapshot sees it). Query it with plain SQL; its indexes serve ranges by
 -- position, by (stream, position), by time and by tx.

@@ -18,13 +18,13 @@ use pgrx::{PgBuiltInOids, PgOid};
 use crate::horizon;
 use crate::pg_decls;
 use crate::notify::{encode_payload, Event};
-use crate::shmem::{self, DbEntry};
+use crate::shmem;
 
 /// What a round did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Round {
-    /// Nothing new became final.
-    Idle,
+    /// Nothing new became final; everything up to `horizon` is delivered.
+    Idle { horizon: i64 },
     /// Delivered up to `horizon`; `more` when the batch limit cut the round short.
     Delivered { horizon: i64, more: bool },
     /// The extension is not installed in this database (any more).
@@ -54,9 +54,7 @@ LEFT JOIN fresh f ON f.tx = ev.tx
 LEFT JOIN streams.transactions t ON t.tx = ev.tx
 ORDER BY ev.position";
 
-const READ_STATE: &str = "
-SELECT coalesce((SELECT horizon FROM streams.horizon_state), 0),
-       (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM streams.position_seq)";
+const READ_STATE: &str = "SELECT streams.horizon(), streams._newest_position()";
 
 /// An UPDATE (a HOT update of one row) in the common case; the row is
 /// inserted by the first round instead of by the extension script, so that
@@ -66,11 +64,11 @@ WITH updated AS (UPDATE streams.horizon_state SET horizon = $1 WHERE id RETURNIN
 INSERT INTO streams.horizon_state (id, horizon) SELECT true, $1 WHERE NOT EXISTS (SELECT FROM updated)";
 
 /// Run one round inside the caller's transaction (which has an active snapshot).
-pub fn run(db: pg_sys::Oid, entry: &DbEntry, batch_size: i64) -> Round {
+pub fn run(db: pg_sys::Oid, batch_size: i64) -> Round {
     if unsafe { pg_sys::get_extension_oid(c"litebase_streams".as_ptr(), true) } == pg_sys::InvalidOid {
         return Round::ExtensionGone;
     }
-    Spi::connect_mut(|client| deliver(client, db, entry, batch_size))
+    Spi::connect_mut(|client| deliver(client, db, batch_size))
         .unwrap_or_else(|e| error!("litebase_streams delivery: {e}"))
 }
 
@@ -100,7 +98,7 @@ fn plans(client: &SpiClient<'_>) -> SpiResult<Rc<Plans>> {
     Ok(plans)
 }
 
-fn deliver(client: &mut SpiClient<'_>, db: pg_sys::Oid, entry: &DbEntry, batch_size: i64) -> SpiResult<Round> {
+fn deliver(client: &mut SpiClient<'_>, db: pg_sys::Oid, batch_size: i64) -> SpiResult<Round> {
     let plans = plans(client)?;
     // Order matters (see horizon.rs): the newest allocated position first,
     // then the publishers' slots, then a fresh snapshot for the events.
@@ -110,8 +108,7 @@ fn deliver(client: &mut SpiClient<'_>, db: pg_sys::Oid, entry: &DbEntry, batch_s
     let held = shmem::held_positions(db);
     let horizon = (horizon::compute(max_allocated, held.into_iter().map(|(_, low)| low)) as i64).max(persisted);
     if horizon == persisted {
-        entry.horizon.store(persisted as u64, std::sync::atomic::Ordering::Relaxed);
-        return Ok(Round::Idle);
+        return Ok(Round::Idle { horizon: persisted });
     }
     unsafe {
         pg_sys::PopActiveSnapshot();

@@ -62,7 +62,8 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish(fcinfo: pg_sys::Functio
     if pgrx::fcinfo::pg_arg_is_null(fcinfo, 1) {
         StreamsError::NullArgument("data").raise();
     }
-    let position = allocate_position(stream);
+    checked_stream(stream);
+    let position = next_position();
     let stream_datum = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0);
     let data_datum = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1);
     insert_event(position, stream_datum, data_datum);
@@ -88,9 +89,8 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish_batch(fcinfo: pg_sys::F
     }
     let dims = (array as *mut u8).add(std::mem::size_of::<pg_sys::ArrayType>()) as *mut i32;
     let count = pg_sys::ArrayGetNItems((*array).ndim, dims);
-    // Checked up front too, so that an empty array with a bad name still fails.
-    validate_stream_name(stream.ok_or(StreamsError::NullArgument("stream")).or_raise()).or_raise();
-    let positions: Vec<i64> = (0..count).map(|_| allocate_position(stream)).collect();
+    checked_stream(stream); // also for an empty array
+    let positions: Vec<i64> = (0..count).map(|_| next_position()).collect();
     let positions = positions.into_datum().expect("an array datum");
     let stream = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0);
     run_kept_plan(&INSERT_BATCH, [positions, stream, current_tx(), pg_sys::Datum::from(array)]);
@@ -154,13 +154,17 @@ unsafe fn run_kept_plan(insert: &'static KeptInsert, mut values: [pg_sys::Datum;
     pg_sys::SPI_finish();
 }
 
-/// Validate the stream name and allocate a position, announcing the
-/// transaction as an open publisher first.
-fn allocate_position(stream: Option<&str>) -> i64 {
+/// The stream argument, checked: not null (22004), follows the naming rule
+/// (22023); and the server is set up for publishing.
+fn checked_stream(stream: Option<&str>) -> &str {
     let stream = stream.ok_or(StreamsError::NullArgument("stream")).or_raise();
     validate_stream_name(stream).or_raise();
     crate::require_preload().or_raise();
+    stream
+}
 
+/// Allocate a position, announcing the transaction as an open publisher first.
+fn next_position() -> i64 {
     let first = PUBLISHING.with(|p| p.get()).is_none();
     if first {
         announce();

@@ -32,7 +32,7 @@ pub struct DbEntry {
     pub wake: AtomicBool,
     /// Set by a backend about to DROP DATABASE: the worker leaves for good.
     pub stop: AtomicBool,
-    /// The newest horizon the worker computed (also the last delivered position).
+    /// The last position the worker delivered (its persisted horizon).
     pub horizon: AtomicU64,
     /// See [`WorkerState`].
     pub state: AtomicU32,

@@ -24,11 +24,9 @@ fn _worker_status() -> TableIterator<
     ),
 > {
     crate::require_preload().or_raise();
-    let newest = Spi::get_one::<i64>(
-        "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM streams.position_seq",
-    )
-    .unwrap_or_else(|e| error!("reading streams.position_seq: {e}"))
-    .unwrap_or(0);
+    let newest = Spi::get_one::<i64>("SELECT streams._newest_position()")
+        .unwrap_or_else(|e| error!("reading streams.position_seq: {e}"))
+        .unwrap_or(0);
     let db = unsafe { pg_sys::MyDatabaseId };
     let entry = shmem::find_db(db);
     let pid = entry.map(|e| e.worker_pid.load(Ordering::Acquire)).filter(|&p| p != 0);

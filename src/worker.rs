@@ -202,17 +202,14 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                 log!("litebase_streams worker for database {}: extension dropped, exiting", db.to_u32());
                 return;
             }
-            Ok(Round::Delivered { horizon, more }) => {
+            Ok(Round::Delivered { horizon, more: true }) => {
                 failures = 0;
                 entry.horizon.store(horizon as u64, Ordering::Relaxed);
-                if more {
-                    continue;
-                }
-                entry.set_state(WorkerState::Idle);
-                gucs::idle_poll()
+                continue; // the batch limit cut the round short
             }
-            Ok(Round::Idle) => {
+            Ok(Round::Delivered { horizon, more: false } | Round::Idle { horizon }) => {
                 failures = 0;
+                entry.horizon.store(horizon as u64, Ordering::Relaxed);
                 entry.set_state(WorkerState::Idle);
                 gucs::idle_poll()
             }
@@ -240,7 +237,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
 fn round(db: pg_sys::Oid, entry: &DbEntry) -> Result<Round, String> {
     entry.set_state(WorkerState::Delivering);
     let batch_size = i64::from(gucs::BATCH_SIZE.get());
-    PgTryBuilder::new(AssertUnwindSafe(|| Ok(in_transaction(|| delivery::run(db, entry, batch_size)))))
+    PgTryBuilder::new(AssertUnwindSafe(|| Ok(in_transaction(|| delivery::run(db, batch_size)))))
         .catch_others(|error| {
             unsafe { pg_sys::AbortCurrentTransaction() };
             Err(describe(error))

@@ -193,11 +193,7 @@ fn stored_events_are_immutable_for_owner_and_superuser() {
     wait_for_horizon(&mut owner, p);
     let role = format!("{}_super", db.name);
     admin().batch_execute(&format!("CREATE ROLE {role} SUPERUSER LOGIN")).unwrap();
-    let mut other = {
-        let mut config = db.config();
-        config.user(&role);
-        config.connect(postgres::NoTls).unwrap()
-    };
+    let mut other = db.connect_as(&role);
     for client in [&mut owner, &mut other] {
         for sql in [
             "UPDATE streams.event_log SET data = '{\"n\":2}'",
@@ -267,12 +263,7 @@ fn granted_role_publishes_and_replays_without_table_access() {
              GRANT EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint) TO {app};"
         ))
         .unwrap();
-    let connect_as = |role: &str| {
-        let mut config = db.config();
-        config.user(role);
-        config.connect(postgres::NoTls).unwrap()
-    };
-    let mut c = connect_as(&app);
+    let mut c = db.connect_as(&app);
     c.batch_execute("BEGIN").unwrap();
     let p = publish(&mut c, "orders", r#"{"n":1}"#);
     let tx: String = c.query_one("SELECT pg_current_xact_id()::text", &[]).unwrap().get(0);
@@ -290,7 +281,7 @@ fn granted_role_publishes_and_replays_without_table_access() {
     let err = c.batch_execute("INSERT INTO streams.event_log VALUES (999, 'x', '1', '{}')").unwrap_err();
     assert_eq!(sqlstate(&err), "42501", "no direct writes");
 
-    let mut s = connect_as(&stranger);
+    let mut s = db.connect_as(&stranger);
     let err = s.batch_execute("SELECT streams.publish('orders', '{}')").unwrap_err();
     assert_eq!(sqlstate(&err), "42501");
     drop((c, s));

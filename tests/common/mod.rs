@@ -81,6 +81,13 @@ impl TestDb {
         connect_retrying(&self.config())
     }
 
+    /// A client on this database as another role.
+    pub fn connect_as(&self, role: &str) -> Client {
+        let mut config = self.config();
+        config.user(role);
+        connect_retrying(&config)
+    }
+
     /// The pid of this database's worker, once it shows in pg_stat_activity.
     pub fn wait_for_worker(&self) -> i32 {
         let mut admin = admin();
