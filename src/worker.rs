@@ -144,9 +144,12 @@ pub extern "C-unwind" fn litebase_streams_worker_main(arg: pg_sys::Datum) {
     }
     // The worker's state is derived from durable data, so its commits need not
     // wait for the WAL flush. A lock held on the extension's tables fails a
-    // round (retried with backoff) instead of stalling the worker for good.
+    // round (retried with backoff) instead of stalling the worker. The timeout
+    // is well under deadlock_timeout (1 s by default), so when DDL such as
+    // DROP EXTENSION and a round lock the tables in opposite orders, the
+    // worker gives way rather than the user's statement failing with a deadlock.
     in_transaction(|| {
-        Spi::run("SET synchronous_commit = off; SET lock_timeout = '1s'").expect("valid settings");
+        Spi::run("SET synchronous_commit = off; SET lock_timeout = '100ms'").expect("valid settings");
     });
     log!("litebase_streams worker started for database {}", db.to_u32());
     serve(db, entry);
