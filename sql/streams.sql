@@ -1,5 +1,7 @@
--- litebase_streams: the tables, views and SQL functions users see.
+-- litebase_streams 0.2.0: the tables, views and SQL functions users see.
 -- Loaded by CREATE EXTENSION after the Rust functions (src/*.rs) exist.
+-- Every change here ships a step in sql/litebase_streams--<from>--<to>.sql
+-- too; the upgrade test compares a fresh install with the upgraded one.
 
 -- Refuse to install into a server that did not preload the library or does
 -- not record commit timestamps: the error says what to add to postgresql.conf.
@@ -50,11 +52,24 @@ CREATE INDEX transactions_committed_at ON streams.transactions USING brin (commi
     WITH (pages_per_range = 16, autosummarize = on);
 
 -- The persisted horizon: every position at or below it is final. One row,
--- written by the worker in the transaction that delivers the events.
+-- written by the worker. `delivered`: the last position notified, when
+-- notifications lag behind visibility (null: everything visible was notified).
 CREATE TABLE streams.horizon_state (
-    id      boolean PRIMARY KEY DEFAULT true CHECK (id),
-    horizon bigint NOT NULL
+    id        boolean PRIMARY KEY DEFAULT true CHECK (id),
+    horizon   bigint NOT NULL,
+    delivered bigint
 );
+
+-- Which log this is: a new id for every CREATE EXTENSION (also the one a
+-- restore runs), so a client can tell a re-created or restored log, whose
+-- positions may repeat, from the one it was reading. Not dumped on purpose.
+CREATE TABLE streams.log_info (
+    id         boolean PRIMARY KEY DEFAULT true CHECK (id),
+    log_id     uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid(),
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+INSERT INTO streams.log_info DEFAULT VALUES;
+COMMENT ON TABLE streams.log_info IS 'The identity of this log: a new log_id for every CREATE EXTENSION.';
 
 -- pg_dump keeps the events (extension tables are otherwise skipped).
 SELECT pg_catalog.pg_extension_config_dump('streams.event_log', '');
@@ -84,28 +99,106 @@ ALTER TABLE streams.event_log ENABLE ALWAYS TRIGGER event_log_immutable;
 ALTER TABLE streams.transactions ENABLE ALWAYS TRIGGER transactions_immutable;
 
 -------------------------------------------------------------------------------
+-- Privileges: who may read and publish which streams (see also "Granting")
+-------------------------------------------------------------------------------
+
+-- One row per grant: `grantee` may `privilege` ('read' or 'publish') the
+-- streams `stream` selects (an exact name, 'prefix.*' or '*'). Written only
+-- through streams.grant and streams.revoke. Every role may select it, and
+-- row-level security shows each role only the grants it holds (directly or
+-- through a role it is a member of); the owner and superusers see all.
+CREATE TABLE streams.stream_grants (
+    grantee   regrole NOT NULL,
+    privilege text NOT NULL CHECK (privilege IN ('read', 'publish')),
+    stream    text COLLATE "C" NOT NULL,
+    PRIMARY KEY (grantee, privilege, stream)
+);
+ALTER TABLE streams.stream_grants ENABLE ROW LEVEL SECURITY;
+CREATE POLICY own_grants ON streams.stream_grants FOR SELECT
+    USING (pg_catalog.pg_has_role(grantee, 'USAGE'));
+COMMENT ON TABLE streams.stream_grants IS 'Per-stream read and publish grants (streams.grant / streams.revoke); each role sees its own.';
+
+-- Streams whose notifications never carry data (streams.set_private).
+CREATE TABLE streams.private_streams (
+    stream text COLLATE "C" PRIMARY KEY
+);
+COMMENT ON TABLE streams.private_streams IS 'Stream names or patterns whose notifications carry no data (streams.set_private).';
+
+SELECT pg_catalog.pg_extension_config_dump('streams.stream_grants', '');
+SELECT pg_catalog.pg_extension_config_dump('streams.private_streams', '');
+
+-- streams._reads_all() -> boolean
+-- Whether the current user reads every stream: a superuser, a member of the
+-- extension's owner, or a holder of a 'read' grant on '*'.
+CREATE FUNCTION streams._reads_all() RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = current_user AND r.rolsuper)
+        OR pg_catalog.pg_has_role((SELECT x.extowner FROM pg_catalog.pg_extension x WHERE x.extname = 'litebase_streams'), 'USAGE')
+        OR EXISTS (SELECT FROM streams.stream_grants g
+                   WHERE g.privilege = 'read' AND g.stream = '*' AND pg_catalog.pg_has_role(g.grantee, 'USAGE'))
+$$;
+COMMENT ON FUNCTION streams._reads_all() IS 'Internal: whether the current user may read every stream.';
+
+-- streams._read_patterns() -> text[]
+-- The names and patterns of the streams the current user may read.
+CREATE FUNCTION streams._read_patterns() RETURNS text[]
+LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce(pg_catalog.array_agg(DISTINCT g.stream::text), '{}')
+    FROM streams.stream_grants g
+    WHERE g.privilege = 'read' AND pg_catalog.pg_has_role(g.grantee, 'USAGE')
+$$;
+COMMENT ON FUNCTION streams._read_patterns() IS 'Internal: the stream names and patterns the current user may read.';
+
+-- streams._may_publish(stream text) -> boolean
+-- Whether the current user may publish to `stream` (publish.rs asks, as the
+-- caller, before writing as the owner).
+CREATE FUNCTION streams._may_publish(stream text) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = current_user AND r.rolsuper)
+        OR pg_catalog.pg_has_role((SELECT x.extowner FROM pg_catalog.pg_extension x WHERE x.extname = 'litebase_streams'), 'USAGE')
+        OR EXISTS (SELECT FROM streams.stream_grants g
+                   WHERE g.privilege = 'publish' AND pg_catalog.pg_has_role(g.grantee, 'USAGE')
+                     AND streams._stream_matches(_may_publish.stream, ARRAY[g.stream::text]))
+$$;
+COMMENT ON FUNCTION streams._may_publish(text) IS 'Internal: whether the current user may publish to the stream.';
+
+-------------------------------------------------------------------------------
 -- Reading
 -------------------------------------------------------------------------------
 
 -- streams.horizon() -> bigint
 -- The highest final position: every event at or below it is committed and
 -- visible, and no event at or below it will ever appear later.
+-- SECURITY DEFINER: a reader needs no access to streams.horizon_state.
 CREATE FUNCTION streams.horizon() RETURNS bigint
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT coalesce((SELECT horizon FROM streams.horizon_state), 0)
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)
 $$;
+COMMENT ON FUNCTION streams.horizon() IS 'The highest final position: no event at or below it can appear later.';
+
+-- streams.log_id() -> uuid
+-- Which log this is (see streams.log_info): compare it with the one a
+-- client's saved position belongs to before resuming from that position.
+CREATE FUNCTION streams.log_id() RETURNS uuid
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT l.log_id FROM streams.log_info l
+$$;
+COMMENT ON FUNCTION streams.log_id() IS 'The identity of this log; changes when the extension is re-created or restored.';
 
 -- streams._newest_position() -> bigint
 -- The newest allocated position, final or not (0 before the first publish).
 -- Reads the sequence directly: no MVCC, no lock other sessions wait on.
 CREATE FUNCTION streams._newest_position() RETURNS bigint
-LANGUAGE sql VOLATILE AS $$
-    SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM streams.position_seq
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value OPERATOR(pg_catalog.-) 1 END
+    FROM streams.position_seq s
 $$;
+COMMENT ON FUNCTION streams._newest_position() IS 'Internal: the newest allocated position, final or not.';
 
 -- streams.events: final events only (position <= horizon, as this reader's
--- snapshot sees it). Query it with plain SQL; its indexes serve ranges by
--- position, by (stream, position), by time and by tx.
+-- snapshot sees it) of the streams this reader may read. Query it with plain
+-- SQL; its indexes serve ranges by position, by (stream, position), by time
+-- and by tx.
 -- Every final event has its transactions row (the worker writes both in one
 -- transaction), so the LEFT JOIN returns what an inner join would; unlike an
 -- inner join, the planner drops it from queries that do not read "time".
@@ -114,11 +207,17 @@ $$;
 -- range it guesses to be tiny, nor rewrites it back into one (as it would a
 -- NOT), and it guesses it keeps most rows, which it does. Ordered scans then
 -- stay ordered instead of sorting.
-CREATE VIEW streams.events AS
+-- The privilege test runs once per query (the two sub-selects become
+-- InitPlans): a role that reads every stream pays one boolean test per row.
+-- security_barrier: the caller's own conditions run after it unless they are
+-- leakproof (comparisons on position, stream, time and tx are), so a
+-- function in the caller's WHERE never sees an event it may not read.
+CREATE VIEW streams.events WITH (security_barrier) AS
 SELECT e.position, e.stream, t.committed_at AS "time", e.tx, e.data
 FROM streams.event_log e
 LEFT JOIN streams.transactions t ON t.tx = e.tx
-WHERE (e.position > coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)) IS NOT TRUE;
+WHERE (e.position > coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)) IS NOT TRUE
+  AND ((SELECT streams._reads_all()) OR streams._stream_matches(e.stream, (SELECT streams._read_patterns())));
 
 COMMENT ON VIEW streams.events IS 'Final events: position, stream, time (commit time), tx (xid8), data.';
 COMMENT ON COLUMN streams.events.position IS 'Place on the database''s global timeline; readers never see a lower one appear later.';
@@ -153,7 +252,7 @@ $$;
 -- Where a replay from a time or a transaction starts: the position after which
 -- events are returned, or null when it names nothing final (yet).
 -- SECURITY DEFINER: it reads streams.transactions, which readers need no
--- access to.
+-- access to; granted with the 'read' privilege, not to PUBLIC.
 CREATE FUNCTION streams._replay_start(since timestamptz, from_tx xid8) RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT CASE
@@ -208,11 +307,14 @@ $$;
 -- Append one event in the caller's transaction and return its position. It
 -- becomes visible (streams.events, LISTEN "<stream>") once the transaction
 -- commits and every transaction that published before it has finished.
--- SECURITY DEFINER: granting EXECUTE is enough to publish. Implemented in
--- Rust (src/publish.rs): a position, then an INSERT through a kept plan.
+-- Runs as the caller, who needs the 'publish' privilege on the stream
+-- (streams.grant; 42501 otherwise), and writes as the log's owner: nobody
+-- needs access to the tables. Implemented in Rust (src/publish.rs): a
+-- position, then an INSERT through a kept plan.
 CREATE FUNCTION streams.publish(stream text, data jsonb) RETURNS bigint
-LANGUAGE c VOLATILE SECURITY DEFINER
+LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'litebase_streams_publish';
+COMMENT ON FUNCTION streams.publish(text, jsonb) IS 'Append one event in the caller''s transaction; returns its position.';
 
 -- streams.publish_batch(stream text, data jsonb[]) -> setof bigint
 -- Append one event per array element, positions increasing in array order.
@@ -222,25 +324,138 @@ AS 'MODULE_PATHNAME', 'litebase_streams_publish_batch';
 COMMENT ON FUNCTION streams._publish_batch(text, jsonb[]) IS 'Internal: publish_batch''s positions as an array.';
 
 CREATE FUNCTION streams.publish_batch(stream text, data jsonb[]) RETURNS SETOF bigint
-LANGUAGE sql VOLATILE SECURITY DEFINER AS $$
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
     SELECT pg_catalog.unnest(streams._publish_batch(publish_batch.stream, publish_batch.data))
 $$;
+COMMENT ON FUNCTION streams.publish_batch(text, jsonb[]) IS 'Append one event per element, in array order; returns their positions.';
+
+-------------------------------------------------------------------------------
+-- Granting
+-------------------------------------------------------------------------------
+
+-- streams._check_grant(privilege, stream, role)
+-- 22023 for an unknown privilege or a malformed stream pattern, 22004 for nulls.
+CREATE FUNCTION streams._check_grant(privilege text, stream text, role regrole) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF privilege IS NULL OR stream IS NULL OR role IS NULL THEN
+        RAISE EXCEPTION 'streams.grant/revoke: privilege, stream and role must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF privilege NOT IN ('read', 'publish') THEN
+        RAISE EXCEPTION 'unknown stream privilege "%"', privilege
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ''read'' or ''publish''.';
+    END IF;
+    PERFORM streams._stream_exact(stream);  -- raises 22023 for a malformed name or pattern
+END
+$$;
+COMMENT ON FUNCTION streams._check_grant(text, text, regrole) IS 'Internal: validates the arguments of streams.grant and streams.revoke.';
+
+-- streams.grant(privilege text, stream text, to_role regrole) -> void
+-- Let `to_role` 'read' or 'publish' the streams `stream` selects (a name,
+-- 'prefix.*' or '*'), including the SQL privileges that takes (schema usage,
+-- the view and functions). Runs as the caller (by default only the owner and
+-- superusers may execute it), so it cannot give away more than they have.
+CREATE FUNCTION streams.grant(privilege text, stream text, to_role regrole) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM streams._check_grant(privilege, stream, to_role);
+    INSERT INTO streams.stream_grants (grantee, privilege, stream)
+    VALUES (to_role, privilege, stream) ON CONFLICT DO NOTHING;
+    EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA streams TO %s', to_role);
+    IF privilege = 'read' THEN
+        EXECUTE pg_catalog.format('GRANT SELECT ON streams.events TO %s', to_role);
+        EXECUTE pg_catalog.format(
+            'GRANT EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
+                 streams.horizon(), streams.worker_pid(), streams.log_id(),
+                 streams._replay_start(timestamptz, xid8) TO %s', to_role);
+    ELSE
+        EXECUTE pg_catalog.format(
+            'GRANT EXECUTE ON FUNCTION streams.publish(text, jsonb), streams.publish_batch(text, jsonb[]),
+                 streams._publish_batch(text, jsonb[]) TO %s', to_role);
+    END IF;
+    PERFORM streams._acl_changed();
+END
+$$;
+COMMENT ON FUNCTION streams.grant(text, text, regrole) IS 'Grant ''read'' or ''publish'' on a stream, ''prefix.*'' or ''*'' to a role.';
+
+-- streams.revoke(privilege text, stream text, from_role regrole) -> boolean
+-- Remove one grant; true if it existed. When the role has no grant of that
+-- privilege left, its SQL privileges for it go too (schema usage when it has
+-- no grant at all).
+CREATE FUNCTION streams.revoke(privilege text, stream text, from_role regrole) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    removed boolean;
+BEGIN
+    PERFORM streams._check_grant(privilege, stream, from_role);
+    DELETE FROM streams.stream_grants g
+    WHERE g.grantee = from_role AND g.privilege = revoke.privilege AND g.stream = revoke.stream;
+    removed := FOUND;
+    IF NOT EXISTS (SELECT FROM streams.stream_grants g WHERE g.grantee = from_role AND g.privilege = revoke.privilege) THEN
+        IF privilege = 'read' THEN
+            EXECUTE pg_catalog.format('REVOKE SELECT ON streams.events FROM %s', from_role);
+            EXECUTE pg_catalog.format(
+                'REVOKE EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
+                     streams.horizon(), streams.worker_pid(), streams.log_id(),
+                     streams._replay_start(timestamptz, xid8) FROM %s', from_role);
+        ELSE
+            EXECUTE pg_catalog.format(
+                'REVOKE EXECUTE ON FUNCTION streams.publish(text, jsonb), streams.publish_batch(text, jsonb[]),
+                     streams._publish_batch(text, jsonb[]) FROM %s', from_role);
+        END IF;
+    END IF;
+    IF NOT EXISTS (SELECT FROM streams.stream_grants g WHERE g.grantee = from_role) THEN
+        EXECUTE pg_catalog.format('REVOKE USAGE ON SCHEMA streams FROM %s', from_role);
+    END IF;
+    PERFORM streams._acl_changed();
+    RETURN removed;
+END
+$$;
+COMMENT ON FUNCTION streams.revoke(text, text, regrole) IS 'Remove a grant made by streams.grant; true if it existed.';
+
+-- streams.set_private(stream text, private boolean DEFAULT true) -> void
+-- Notifications of the streams `stream` selects (a name, 'prefix.*' or '*')
+-- carry position, stream, time, tx and "private":true, never data; readers
+-- fetch the data with streams.get. false undoes an earlier call with the
+-- same name or pattern.
+CREATE FUNCTION streams.set_private(stream text, private boolean DEFAULT true) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF stream IS NULL OR private IS NULL THEN
+        RAISE EXCEPTION 'streams.set_private: stream and private must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM streams._stream_exact(stream);  -- raises 22023 for a malformed name or pattern
+    IF private THEN
+        INSERT INTO streams.private_streams (stream) VALUES (set_private.stream) ON CONFLICT DO NOTHING;
+    ELSE
+        DELETE FROM streams.private_streams p WHERE p.stream = set_private.stream;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION streams.set_private(text, boolean) IS 'Make the matching streams'' notifications carry no data (or undo it).';
 
 -------------------------------------------------------------------------------
 -- Operations
 -------------------------------------------------------------------------------
 
 -- streams.status: one row. horizon; newest_position (the newest allocated
--- position, final or not); the worker's pid, state, delivered position and
--- lag; and, when an open publishing transaction holds the horizon back, its
--- pid, position, xid and age (set idle_in_transaction_session_timeout!).
+-- position, final or not); the worker's pid, state, delivered position, lag
+-- and whether its notifications go out; the log's identity; and, when an
+-- open publishing transaction holds the horizon back, its pid, position,
+-- xid and age (see litebase_streams.hold_timeout).
+-- Tables are read by the view itself (as its owner): an operator needs
+-- SELECT on the view and EXECUTE on streams._worker_status() only.
 CREATE VIEW streams.status AS
-SELECT streams.horizon() AS horizon,
+SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0) AS horizon,
        w.newest_position,
        w.worker_pid,
        w.worker_state,
        w.delivered_position,
        w.newest_position - w.delivered_position AS lag_positions,
+       w.notify_state,
+       (SELECT l.log_id FROM streams.log_info l) AS log_id,
        w.holder_pid,
        w.holder_position,
        a.backend_xid AS holder_xid,
@@ -248,22 +463,44 @@ SELECT streams.horizon() AS horizon,
 FROM streams._worker_status() w
 LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = w.holder_pid;
 
-COMMENT ON VIEW streams.status IS 'Horizon, newest position, worker state and lag, and what holds the horizon back.';
+COMMENT ON VIEW streams.status IS 'Horizon, newest position, worker state and lag, notification state, log identity, and what holds the horizon back.';
 
--- Privileges: nothing for PUBLIC. Grant per role, e.g.
---   GRANT USAGE ON SCHEMA streams TO app;
---   GRANT EXECUTE ON FUNCTION streams.publish(text, jsonb) TO app;
---   GRANT SELECT ON streams.events TO app;
---   GRANT EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer) TO app;
---   GRANT SELECT ON streams.status TO ops; GRANT EXECUTE ON FUNCTION streams._worker_status() TO ops;
+-- Descriptions of what the sections above do not comment on already.
+COMMENT ON TABLE streams.event_log IS 'Every event ever published, final or not; read streams.events instead.';
+COMMENT ON TABLE streams.transactions IS 'One row per publishing transaction: its commit time and first position.';
+COMMENT ON TABLE streams.horizon_state IS 'The persisted horizon and the last notified position (one row, written by the worker).';
+COMMENT ON SEQUENCE streams.position_seq IS 'Hands out positions; advanced only by streams.publish and publish_batch.';
+COMMENT ON FUNCTION streams.get(bigint) IS 'One final event of a stream the caller may read, or null.';
+COMMENT ON FUNCTION streams._replay_check(bigint, timestamptz, xid8) IS 'Internal: at most one of after, since and from_tx.';
+COMMENT ON FUNCTION streams._replay_start(timestamptz, xid8) IS 'Internal: where a replay from a time or a transaction starts.';
+COMMENT ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer) IS 'Final events of the streams a pattern selects, in position order, from a position, time or transaction.';
+COMMENT ON FUNCTION streams._launch_worker() IS 'Internal: starts this database''s worker when CREATE EXTENSION commits.';
+COMMENT ON FUNCTION streams._require_preload() IS 'Internal: refuses to install without the server settings the extension needs.';
+COMMENT ON FUNCTION streams._stream_exact(text) IS 'Internal: the stream name when a pattern is an exact name.';
+COMMENT ON FUNCTION streams._stream_prefix_low(text) IS 'Internal: the lowest name a prefix pattern selects.';
+COMMENT ON FUNCTION streams._stream_prefix_high(text) IS 'Internal: the smallest name above every name a prefix pattern selects.';
+COMMENT ON FUNCTION streams._replay_limit(integer) IS 'Internal: max_events, checked.';
+COMMENT ON FUNCTION streams._worker_status() IS 'Internal: the shared-memory half of streams.status.';
+COMMENT ON FUNCTION streams.worker_pid() IS 'The pid of this database''s worker: trust only notifications sent by it.';
+COMMENT ON FUNCTION streams._acl_changed() IS 'Internal: makes publishers re-check their privileges after this transaction commits.';
+COMMENT ON FUNCTION streams._stream_matches(text, text[]) IS 'Internal: whether a stream is selected by any of the names or patterns.';
+
+-- Privileges: nothing for PUBLIC but helpers that reveal nothing (pure
+-- functions, and what the caller itself may do). Readers and publishers get
+-- what they need from streams.grant; operators:
+--   GRANT USAGE ON SCHEMA streams TO ops;
+--   GRANT SELECT ON streams.status TO ops;
+--   GRANT EXECUTE ON FUNCTION streams._worker_status() TO ops;
 REVOKE ALL ON ALL TABLES IN SCHEMA streams FROM PUBLIC;
 REVOKE ALL ON SEQUENCE streams.position_seq FROM PUBLIC;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA streams FROM PUBLIC;
--- replay is inlined into the caller's query, so its helpers run as the caller
--- (who still needs USAGE on the schema and SELECT on streams.events).
-GRANT EXECUTE ON FUNCTION streams._replay_start(timestamptz, xid8), streams._replay_check(bigint, timestamptz, xid8),
-    streams._stream_exact(text),
-    streams._stream_prefix_low(text), streams._stream_prefix_high(text), streams._replay_limit(integer) TO PUBLIC;
+GRANT SELECT ON streams.stream_grants TO PUBLIC;
+-- replay is inlined into the caller's query and the events view calls these
+-- as the caller.
+GRANT EXECUTE ON FUNCTION streams._replay_check(bigint, timestamptz, xid8),
+    streams._stream_exact(text), streams._stream_prefix_low(text), streams._stream_prefix_high(text),
+    streams._replay_limit(integer), streams._stream_matches(text, text[]),
+    streams._reads_all(), streams._read_patterns(), streams._may_publish(text) TO PUBLIC;
 
 -- Start this database's worker when CREATE EXTENSION commits.
 SELECT streams._launch_worker();

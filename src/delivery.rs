@@ -1,14 +1,36 @@
 //! One delivery round of a database's worker: compute the horizon, record the
 //! commit time of each newly final transaction, NOTIFY each newly final event
-//! in position order, and persist the new horizon, all in one transaction.
+//! in position order, and persist the new horizon.
 //!
-//! Since the notifications are sent at that transaction's commit, a client
-//! receives an event only once `streams.events` shows it, and a round that
-//! fails (say, the notification queue is full) delivers nothing and persists
-//! nothing: the next round starts again from the persisted horizon.
+//! # Visibility never waits for NOTIFY
+//!
+//! Normally a round does all of it in one transaction ([`Phase::Combined`]):
+//! the notifications go out at that transaction's commit, so a client
+//! receives an event only once `streams.events` shows it. But NOTIFY can fail
+//! for reasons outside the database (any role can fill the cluster-wide
+//! notification queue), and a failure aborts the whole transaction. So after
+//! a failed round the worker splits the work: [`Phase::Visibility`] records
+//! commit times and advances the horizon in a transaction that sends nothing,
+//! and [`Phase::Notify`] sends what became visible but was not yet notified,
+//! in position order, from the persisted `delivered` position. Readers keep
+//! seeing new events while notifications fail; once they succeed again the
+//! listeners receive every event late but in order and once, and the worker
+//! returns to one transaction per round.
+//!
+//! # Memory
+//!
+//! A round holds at most `batch_size` events, and reads an event's data only
+//! when it can fit a notification: the size comes from the stored datum's
+//! header (no detoasting), so a 200 MB event costs the worker nothing.
+//!
+//! # Two schema versions
+//!
+//! The library serves databases still at extension version 0.1.0 (until
+//! `ALTER EXTENSION litebase_streams UPDATE`) with that version's statements:
+//! no delivered position, no private streams, one transaction per round.
 
 use std::cell::RefCell;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::rc::Rc;
 
 use pgrx::prelude::*;
@@ -16,67 +38,136 @@ use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult};
 use pgrx::{PgBuiltInOids, PgOid};
 
 use crate::horizon;
+use crate::notify::{encode_payload, pattern_matches, Event, MAX_DATA_TEXT_BYTES};
 use crate::pg_decls;
-use crate::notify::{encode_payload, Event};
 use crate::shmem;
+
+/// What a round does (see the module comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Combined,
+    Visibility,
+    Notify,
+}
 
 /// What a round did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Round {
-    /// Nothing new became final; everything up to `horizon` is delivered.
-    Idle { horizon: i64 },
-    /// Delivered up to `horizon`; `more` when the batch limit cut the round short.
-    Delivered { horizon: i64, more: bool },
+    /// `horizon`: everything at or below it is visible; `delivered`:
+    /// everything at or below it was notified; `more`: the batch limit cut
+    /// the round short.
+    Done { horizon: i64, delivered: i64, more: bool },
     /// The extension is not installed in this database (any more).
     ExtensionGone,
 }
 
+/// Which extension schema the database has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Schema {
+    V0_1,
+    Current,
+}
+
+/// Stored data larger than this (uncompressed jsonb bytes) is never read:
+/// its JSON text cannot fit a notification payload (jsonb's binary form is
+/// at most a few times larger than its text).
+const MAX_DATA_READ_BYTES: usize = 8 * MAX_DATA_TEXT_BYTES;
+
 /// The newly final events with their transaction's commit time, inserting a
 /// `streams.transactions` row for each transaction seen for the first time.
-const FETCH_FINAL_EVENTS: &str = "
+/// When the commit timestamp is gone (truncated before the worker ran), the
+/// row gets the time of this round: the fallback is the only one there is.
+const FETCH: &str = "
 WITH ev AS (
     SELECT position, stream, tx, data FROM streams.event_log
     WHERE position > $1 AND position <= $2
     ORDER BY position LIMIT $3
 ), fresh AS (
     INSERT INTO streams.transactions (tx, committed_at, first_position)
-    SELECT ev.tx, coalesce(pg_xact_commit_timestamp(ev.tx::xid), statement_timestamp()), min(ev.position)
+    SELECT ev.tx, coalesce(pg_catalog.pg_xact_commit_timestamp(ev.tx::xid), pg_catalog.statement_timestamp()),
+           pg_catalog.min(ev.position)
     FROM ev
     WHERE NOT EXISTS (SELECT 1 FROM streams.transactions t WHERE t.tx = ev.tx)
     GROUP BY ev.tx
     RETURNING tx, committed_at
 )
 SELECT ev.position, ev.stream::text, ev.tx::text::bigint,
-       (extract(epoch FROM coalesce(f.committed_at, t.committed_at)) * 1000000)::bigint,
-       ev.data::text
+       coalesce(f.committed_at, t.committed_at), ev.data
 FROM ev
 LEFT JOIN fresh f ON f.tx = ev.tx
 LEFT JOIN streams.transactions t ON t.tx = ev.tx
 ORDER BY ev.position";
 
-const READ_STATE: &str = "SELECT streams.horizon(), streams._newest_position()";
+/// Visibility only: record commit times up to `$2`; returns the last
+/// position covered and how many events that was.
+const MARK: &str = "
+WITH ev AS (
+    SELECT position, tx FROM streams.event_log
+    WHERE position > $1 AND position <= $2
+    ORDER BY position LIMIT $3
+), fresh AS (
+    INSERT INTO streams.transactions (tx, committed_at, first_position)
+    SELECT ev.tx, coalesce(pg_catalog.pg_xact_commit_timestamp(ev.tx::xid), pg_catalog.statement_timestamp()),
+           pg_catalog.min(ev.position)
+    FROM ev
+    WHERE NOT EXISTS (SELECT 1 FROM streams.transactions t WHERE t.tx = ev.tx)
+    GROUP BY ev.tx
+    RETURNING 1
+)
+SELECT (SELECT pg_catalog.max(position) FROM ev), (SELECT pg_catalog.count(*) FROM ev),
+       (SELECT pg_catalog.count(*) FROM fresh)";
+
+const READ_STATE: &str = "
+SELECT h.horizon, coalesce(h.delivered, h.horizon), streams._newest_position(),
+       (SELECT pg_catalog.array_agg(p.stream) FROM streams.private_streams p)
+FROM (SELECT NULL) AS one LEFT JOIN streams.horizon_state h ON true";
+
+const READ_STATE_V0_1: &str = "SELECT streams.horizon(), streams.horizon(), streams._newest_position(), NULL::text[]";
 
 /// An UPDATE (a HOT update of one row) in the common case; the row is
 /// inserted by the first round instead of by the extension script, so that
 /// restoring a dump (which carries the row) does not collide with it.
-const SAVE_HORIZON: &str = "
+const SAVE: &str = "
+WITH updated AS (
+    UPDATE streams.horizon_state SET horizon = $1, delivered = NULLIF($2, $1) WHERE id RETURNING 1
+)
+INSERT INTO streams.horizon_state (id, horizon, delivered)
+SELECT true, $1, NULLIF($2, $1) WHERE NOT EXISTS (SELECT FROM updated)";
+
+/// 0.1.0 has no delivered position; `$2` is unused.
+const SAVE_V0_1: &str = "
 WITH updated AS (UPDATE streams.horizon_state SET horizon = $1 WHERE id RETURNING 1)
 INSERT INTO streams.horizon_state (id, horizon) SELECT true, $1 WHERE NOT EXISTS (SELECT FROM updated)";
 
-/// Run one round inside the caller's transaction (which has an active snapshot).
-pub fn run(db: pg_sys::Oid, batch_size: i64) -> Round {
-    if unsafe { pg_sys::get_extension_oid(c"litebase_streams".as_ptr(), true) } == pg_sys::InvalidOid {
-        return Round::ExtensionGone;
+/// The version of the extension installed in this database, if any.
+fn installed_schema() -> Option<Schema> {
+    // SAFETY: catalog lookups inside the round's transaction.
+    let ext = unsafe { pg_sys::get_extension_oid(c"litebase_streams".as_ptr(), true) };
+    if ext == pg_sys::InvalidOid {
+        return None;
     }
-    Spi::connect_mut(|client| deliver(client, db, batch_size))
+    let is_0_1 = unsafe {
+        let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), true);
+        schema == pg_sys::InvalidOid || pg_sys::get_relname_relid(c"private_streams".as_ptr(), schema) == pg_sys::InvalidOid
+    };
+    Some(if is_0_1 { Schema::V0_1 } else { Schema::Current })
+}
+
+/// Run one round inside the caller's transaction (which has an active snapshot).
+pub fn run(db: pg_sys::Oid, batch_size: i64, phase: Phase) -> Round {
+    let Some(schema) = installed_schema() else { return Round::ExtensionGone };
+    Spi::connect_mut(|client| deliver(client, db, batch_size, phase, schema))
         .unwrap_or_else(|e| error!("litebase_streams delivery: {e}"))
 }
 
-/// The round's three statements, planned once per worker and kept (the plan
-/// cache re-plans them if the tables change).
+/// The round's statements, planned once per worker and kept (the plan cache
+/// re-plans them if the tables change); prepared anew when the schema
+/// version changes.
 struct Plans {
+    schema: Schema,
     read_state: OwnedPreparedStatement,
     fetch: OwnedPreparedStatement,
+    mark: OwnedPreparedStatement,
     save: OwnedPreparedStatement,
 }
 
@@ -84,58 +175,140 @@ thread_local! {
     static PLANS: RefCell<Option<Rc<Plans>>> = const { RefCell::new(None) };
 }
 
-fn plans(client: &SpiClient<'_>) -> SpiResult<Rc<Plans>> {
-    if let Some(plans) = PLANS.with(|p| p.borrow().clone()) {
+fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plans>> {
+    if let Some(plans) = PLANS.with(|p| p.borrow().clone()).filter(|p| p.schema == schema) {
         return Ok(plans);
     }
     let int8 = PgOid::BuiltIn(PgBuiltInOids::INT8OID);
+    let (read_state, save) = match schema {
+        Schema::Current => (READ_STATE, SAVE),
+        Schema::V0_1 => (READ_STATE_V0_1, SAVE_V0_1),
+    };
     let plans = Rc::new(Plans {
-        read_state: client.prepare(READ_STATE, &[])?.keep(),
-        fetch: client.prepare_mut(FETCH_FINAL_EVENTS, &[int8, int8, int8])?.keep(),
-        save: client.prepare_mut(SAVE_HORIZON, &[int8])?.keep(),
+        schema,
+        read_state: client.prepare(read_state, &[])?.keep(),
+        fetch: client.prepare_mut(FETCH, &[int8, int8, int8])?.keep(),
+        mark: client.prepare_mut(MARK, &[int8, int8, int8])?.keep(),
+        save: client.prepare_mut(save, &[int8, int8])?.keep(),
     });
     PLANS.with(|p| *p.borrow_mut() = Some(plans.clone()));
     Ok(plans)
 }
 
-fn deliver(client: &mut SpiClient<'_>, db: pg_sys::Oid, batch_size: i64) -> SpiResult<Round> {
-    let plans = plans(client)?;
+fn deliver(
+    client: &mut SpiClient<'_>,
+    db: pg_sys::Oid,
+    batch_size: i64,
+    phase: Phase,
+    schema: Schema,
+) -> SpiResult<Round> {
+    let plans = plans(client, schema)?;
+    let phase = if schema == Schema::V0_1 { Phase::Combined } else { phase };
     // Order matters (see horizon.rs): the newest allocated position first,
     // then the publishers' slots, then a fresh snapshot for the events.
     let state = client.select(&plans.read_state, None, &[])?.first();
     let persisted = state.get::<i64>(1)?.unwrap_or(0);
-    let max_allocated = state.get::<i64>(2)?.unwrap_or(0).max(0) as u64;
+    let delivered = state.get::<i64>(2)?.unwrap_or(0);
+    let max_allocated = state.get::<i64>(3)?.unwrap_or(0).max(0) as u64;
+    let private: Vec<String> = state.get::<Vec<String>>(4)?.unwrap_or_default();
     let held = shmem::held_positions(db);
-    let horizon = (horizon::compute(max_allocated, held.into_iter().map(|(_, low)| low)) as i64).max(persisted);
-    if horizon == persisted {
-        return Ok(Round::Idle { horizon: persisted });
+    crate::hold::enforce(max_allocated, &held);
+    let horizon = (horizon::compute(max_allocated, held.iter().map(|(_, low)| *low)) as i64).max(persisted);
+    let idle = Round::Done { horizon: persisted, delivered, more: false };
+    match phase {
+        Phase::Combined | Phase::Visibility if horizon == persisted && (phase == Phase::Visibility || delivered == persisted) => {
+            return Ok(idle)
+        }
+        Phase::Notify if delivered >= persisted => return Ok(idle),
+        _ => {}
     }
     unsafe {
         pg_sys::PopActiveSnapshot();
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
     }
 
-    let rows = client.update(&plans.fetch, None, &[persisted.into(), horizon.into(), batch_size.into()])?;
+    let round = match phase {
+        Phase::Visibility => {
+            let row = client.update(&plans.mark, None, &[persisted.into(), horizon.into(), (batch_size * 10).into()])?.first();
+            let (last, count) = (row.get::<i64>(1)?, row.get::<i64>(2)?.unwrap_or(0));
+            let more = count == batch_size * 10;
+            let visible = if more { last.unwrap_or(horizon) } else { horizon };
+            Round::Done { horizon: visible, delivered, more }
+        }
+        Phase::Combined | Phase::Notify => {
+            let upto = if phase == Phase::Notify { persisted } else { horizon };
+            let (sent_through, more) = notify_events(client, &plans, delivered, upto, batch_size, &private)?;
+            let sent = if more { sent_through } else { upto };
+            Round::Done { horizon: sent.max(persisted), delivered: sent, more }
+        }
+    };
+    let Round::Done { horizon: new_horizon, delivered: new_delivered, .. } = round else { unreachable!() };
+    client.update(&plans.save, None, &[new_horizon.into(), new_delivered.into()])?;
+    Ok(round)
+}
+
+/// NOTIFY the events in `(after, upto]`, at most `batch_size`; returns the
+/// last position sent and whether the batch limit cut it short.
+fn notify_events(
+    client: &mut SpiClient<'_>,
+    plans: &Plans,
+    after: i64,
+    upto: i64,
+    batch_size: i64,
+    private: &[String],
+) -> SpiResult<(i64, bool)> {
+    let mut rows = client.update(&plans.fetch, None, &[after.into(), upto.into(), batch_size.into()])?;
     let fetched = rows.len() as i64;
-    let mut last = persisted;
-    for row in rows {
-        let (position, stream, tx, time_us, data) = (
-            row.get::<i64>(1)?.unwrap_or_default(),
-            row.get::<&str>(2)?.unwrap_or_default(),
-            row.get::<i64>(3)?.unwrap_or_default(),
-            row.get::<i64>(4)?.unwrap_or_default(),
-            row.get::<&str>(5)?.unwrap_or("null"),
-        );
-        let payload = encode_payload(&Event { position, stream, time_us, tx, data })
+    let mut last = after;
+    while let Some(row) = rows.next() {
+        let position = row.get::<i64>(1)?.unwrap_or_default();
+        let stream = row.get::<&str>(2)?.unwrap_or_default();
+        let tx = row.get::<i64>(3)?.unwrap_or_default();
+        let time_us = row.get::<pgrx::datum::TimestampWithTimeZone>(4)?.map_or(0, unix_micros);
+        let is_private = private.iter().any(|p| pattern_matches(p, stream));
+        let data = if is_private { None } else { rows.get_datum_by_ordinal(5)?.and_then(|d| jsonb_text(d)) };
+        let event = Event { position, stream, time_us, tx, data: data.as_deref(), private: is_private };
+        let payload = encode_payload(&event)
             .unwrap_or_else(|e| error!("event {position} has data that is not valid JSON: {e}"));
         let channel = CString::new(stream).expect("stream names hold no NUL");
         let payload = CString::new(payload).expect("JSON text holds no NUL");
         pg_decls::notify(&channel, &payload);
         last = position;
     }
+    Ok((last, fetched == batch_size))
+}
 
-    let more = fetched == batch_size;
-    let delivered = if more { last } else { horizon };
-    client.update(&plans.save, None, &[delivered.into()])?;
-    Ok(Round::Delivered { horizon: delivered, more })
+/// Microseconds since the Unix epoch.
+fn unix_micros(time: pgrx::datum::TimestampWithTimeZone) -> i64 {
+    const POSTGRES_EPOCH_IN_UNIX_MICROS: i64 = 946_684_800_000_000;
+    let raw: i64 = time.into_inner();
+    raw + POSTGRES_EPOCH_IN_UNIX_MICROS
+}
+
+/// The JSON text of a jsonb datum, or `None` without reading it when it is
+/// too large to fit a notification anyway.
+fn jsonb_text(datum: pg_sys::Datum) -> Option<String> {
+    // SAFETY: `datum` is a non-null jsonb datum of the current row, valid for
+    // the round's transaction. The size comes from its header without
+    // detoasting; the detoasted copy and the text are palloc'd in the SPI
+    // memory context and freed here (an allocation failure is an ERROR).
+    unsafe {
+        if pg_sys::toast_raw_datum_size(datum) > MAX_DATA_READ_BYTES {
+            return None;
+        }
+        let raw = datum.cast_mut_ptr::<pg_sys::varlena>();
+        let detoasted = pg_sys::pg_detoast_datum(raw);
+        let jsonb = detoasted as *mut pg_sys::Jsonb;
+        let text = pg_sys::JsonbToCString(
+            std::ptr::null_mut(),
+            &raw mut (*jsonb).root,
+            pgrx::varlena::varsize_any(detoasted) as i32,
+        );
+        let owned = CStr::from_ptr(text).to_str().ok().map(str::to_owned);
+        pg_sys::pfree(text.cast());
+        if detoasted != raw {
+            pg_sys::pfree(detoasted.cast());
+        }
+        owned
+    }
 }

@@ -26,6 +26,14 @@ pub enum StreamsError {
     NoPublisherSlot(i32),
     /// A transaction that published events tried to PREPARE.
     PreparedPublish,
+    /// The current user lacks a stream privilege.
+    PermissionDenied { privilege: &'static str, stream: String },
+    /// An event's data is larger than `litebase_streams.max_event_size`.
+    EventTooLarge { size: usize, limit: usize },
+    /// A bug or a broken installation, never the user's input.
+    Internal(String),
+    /// The database's encoding is not UTF-8.
+    NotUtf8,
 }
 
 impl fmt::Display for StreamsError {
@@ -47,6 +55,15 @@ impl fmt::Display for StreamsError {
             StreamsError::PreparedPublish => f.write_str(
                 "cannot PREPARE a transaction that published events with litebase_streams",
             ),
+            StreamsError::PermissionDenied { privilege, stream } => {
+                write!(f, "permission denied to {privilege} stream \"{stream}\"")
+            }
+            StreamsError::EventTooLarge { size, limit } => write!(
+                f,
+                "event data of {size} bytes exceeds litebase_streams.max_event_size ({limit} bytes)"
+            ),
+            StreamsError::Internal(message) => write!(f, "litebase_streams: {message}"),
+            StreamsError::NotUtf8 => f.write_str("litebase_streams needs a database with UTF8 encoding"),
         }
     }
 }
@@ -61,8 +78,13 @@ impl StreamsError {
             StreamsError::NotPreloaded { .. } => {
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
-            StreamsError::NoPublisherSlot(_) => PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            StreamsError::NoPublisherSlot(_) | StreamsError::Internal(_) => {
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR
+            }
             StreamsError::PreparedPublish => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            StreamsError::PermissionDenied { .. } => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            StreamsError::NotUtf8 => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            StreamsError::EventTooLarge { .. } => PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
         }
     }
 
@@ -89,6 +111,15 @@ impl StreamsError {
             StreamsError::NoPublisherSlot(_) => {
                 Some("Restart the server so the slot table is sized for max_connections.".into())
             }
+            StreamsError::PermissionDenied { privilege, .. } => Some(format!(
+                "A superuser or the extension's owner grants it: SELECT streams.grant('{privilege}', '<stream or prefix.*>', '<role>');"
+            )),
+            StreamsError::NotUtf8 => Some(
+                "Event data and notifications are JSON text in UTF-8: create the database with ENCODING 'UTF8'.".into(),
+            ),
+            StreamsError::EventTooLarge { .. } => Some(
+                "Store large payloads elsewhere and publish a reference, or have a superuser raise the setting.".into(),
+            ),
             _ => None,
         }
     }

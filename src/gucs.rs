@@ -1,4 +1,9 @@
 //! Every `litebase_streams.*` setting.
+//!
+//! The limits that protect other sessions (`hold_timeout`, `max_event_size`)
+//! are superuser-only (`PGC_SUSET`): a publisher cannot lift them with `SET`,
+//! while a superuser can still set them per database or role
+//! (`ALTER DATABASE app SET litebase_streams.hold_timeout = '30s'`).
 
 use std::time::Duration;
 
@@ -13,6 +18,16 @@ pub static IDLE_POLL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 /// notifies. Larger batches amortise the commit; smaller ones bound the size
 /// of one transaction's notification queue entries.
 pub static BATCH_SIZE: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+
+/// `litebase_streams.hold_timeout`: the longest a publishing transaction may
+/// hold the horizon back, in milliseconds (0: no limit). The worker ends the
+/// session of a holder older than this. The value that counts is the
+/// database's (`ALTER DATABASE ... SET`) or the server's, never a session's.
+pub static HOLD_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
+
+/// `litebase_streams.max_event_size`: the largest `data` one event may carry,
+/// in bytes of its stored (uncompressed) jsonb form (0: no limit).
+pub static MAX_EVENT_SIZE: GucSetting<i32> = GucSetting::<i32>::new(0);
 
 pub fn init() {
     GucRegistry::define_int_guc(
@@ -35,8 +50,35 @@ pub fn init() {
         GucContext::Sighup,
         GucFlags::default(),
     );
+    GucRegistry::define_int_guc(
+        c"litebase_streams.hold_timeout",
+        c"The longest (ms) a publishing transaction may hold the horizon back; 0 disables.",
+        c"The worker terminates the session of a publishing transaction open longer than this. \
+          Superuser-only; set it per database with ALTER DATABASE ... SET.",
+        &HOLD_TIMEOUT_MS,
+        0,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"litebase_streams.max_event_size",
+        c"The largest data (bytes, uncompressed jsonb) one event may carry; 0 disables.",
+        c"streams.publish refuses larger events with SQLSTATE 54000. Superuser-only.",
+        &MAX_EVENT_SIZE,
+        0,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_BYTE,
+    );
 }
 
 pub fn idle_poll() -> Duration {
     Duration::from_millis(IDLE_POLL_MS.get().max(1) as u64)
+}
+
+/// `hold_timeout` as a duration, `None` when off.
+pub fn hold_timeout() -> Option<Duration> {
+    let ms = HOLD_TIMEOUT_MS.get();
+    (ms > 0).then(|| Duration::from_millis(ms as u64))
 }

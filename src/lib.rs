@@ -6,6 +6,9 @@
 //! * shmem.rs: the state publishers and workers share;
 //! * worker.rs, delivery.rs: the background workers and their delivery round;
 //! * notify.rs: stream names and notification payloads;
+//! * privileges.rs: per-stream publish checks, running as the log's owner;
+//! * kept_plan.rs: statements planned once per backend under a pinned search_path;
+//! * hold.rs: `litebase_streams.hold_timeout`;
 //! * replay.rs, status.rs: SQL helpers behind `streams.replay` and `streams.status`;
 //! * utility.rs: keeps DROP DATABASE working;
 //! * sql/: the tables, views and SQL functions users see.
@@ -17,9 +20,12 @@ use pgrx::prelude::*;
 mod delivery;
 mod error;
 mod gucs;
+mod hold;
 mod horizon;
+mod kept_plan;
 mod notify;
 mod pg_decls;
+mod privileges;
 mod publish;
 mod replay;
 mod shmem;
@@ -31,6 +37,7 @@ use error::{OrRaise, StreamsError};
 
 ::pgrx::pg_module_magic!();
 
+extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
 extension_sql_file!("../sql/streams.sql", name = "streams_schema", finalize);
 
 /// Set when `_PG_init` ran from `shared_preload_libraries` (inherited by every
@@ -63,11 +70,15 @@ pub fn require_preload() -> Result<(), StreamsError> {
     }
 }
 
-/// Fails unless the library is preloaded and commit timestamps are on; the
-/// extension script calls it first, so CREATE EXTENSION says what to fix.
+/// Fails unless the library is preloaded, commit timestamps are on and the
+/// database is UTF-8; the extension script calls it first, so CREATE
+/// EXTENSION says what to fix.
 #[pg_extern(volatile)]
 fn _require_preload() {
     require_preload().or_raise();
+    if unsafe { pg_sys::GetDatabaseEncoding() } != pg_sys::pg_enc::PG_UTF8 as i32 {
+        StreamsError::NotUtf8.raise();
+    }
 }
 
 /// Start this database's worker once the calling transaction (CREATE

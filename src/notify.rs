@@ -78,6 +78,15 @@ pub fn parse_stream_selector(pattern: &str) -> Result<StreamSelector, StreamsErr
     Ok(StreamSelector::Prefix { prefix: prefix.to_owned(), upper })
 }
 
+/// Whether `pattern` (an exact name, `prefix*` or `*`) selects `stream`.
+/// A malformed pattern selects nothing.
+pub fn pattern_matches(pattern: &str, stream: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => stream.starts_with(prefix) && !prefix.contains('*'),
+        None => pattern == stream,
+    }
+}
+
 /// One final event, as the worker reads it for delivery.
 #[derive(Debug, Clone)]
 pub struct Event<'a> {
@@ -86,8 +95,11 @@ pub struct Event<'a> {
     /// Commit time, microseconds since the Unix epoch.
     pub time_us: i64,
     pub tx: i64,
-    /// The event's data as JSON text (jsonb's output form).
-    pub data: &'a str,
+    /// The event's data as JSON text (jsonb's output form); `None` when it
+    /// is too large to send anyway (the worker does not even read it).
+    pub data: Option<&'a str>,
+    /// The stream is private: the payload never carries `data`.
+    pub private: bool,
 }
 
 #[derive(Serialize)]
@@ -100,6 +112,8 @@ struct Payload<'a> {
     data: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     truncated: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    private: bool,
 }
 
 /// RFC 3339, UTC, microseconds, `Z`: `2026-11-30T01:02:03.000004Z`.
@@ -132,28 +146,44 @@ pub fn compact_json(text: &str) -> String {
     out
 }
 
-/// The notification payload of an event: compact JSON, or the truncated form
-/// (no `data`, `"truncated": true`) when the full one would not fit.
+/// The notification payload of an event: compact JSON; without `data` and
+/// with `"private": true` for a private stream; without `data` and with
+/// `"truncated": true` when the full payload would not fit.
 pub fn encode_payload(event: &Event<'_>) -> Result<String, serde_json::Error> {
-    // RawValue validates the JSON and keeps numbers exactly as stored
-    // (49.00 stays 49.00) without building a tree.
-    let data = RawValue::from_string(compact_json(event.data))?;
     let mut payload = Payload {
         position: event.position,
         stream: event.stream,
         time: format_time(event.time_us),
         tx: event.tx,
-        data: Some(&data),
+        data: None,
         truncated: false,
+        private: event.private,
     };
-    let full = serde_json::to_string(&payload)?;
-    if full.len() <= MAX_PAYLOAD_BYTES {
-        return Ok(full);
+    if event.private {
+        return serde_json::to_string(&payload);
+    }
+    // RawValue validates the JSON and keeps numbers exactly as stored
+    // (49.00 stays 49.00) without building a tree.
+    let data = match event.data.filter(|text| text.len() <= MAX_DATA_TEXT_BYTES) {
+        Some(text) => Some(RawValue::from_string(compact_json(text))?),
+        None => None,
+    };
+    if let Some(data) = &data {
+        payload.data = Some(data);
+        let full = serde_json::to_string(&payload)?;
+        if full.len() <= MAX_PAYLOAD_BYTES {
+            return Ok(full);
+        }
     }
     payload.data = None;
     payload.truncated = true;
     serde_json::to_string(&payload)
 }
+
+/// Data text longer than this cannot fit a payload even once compacted
+/// (compaction only drops the single spaces jsonb's output puts after `:`
+/// and `,`, so it at most halves the text).
+pub const MAX_DATA_TEXT_BYTES: usize = 2 * MAX_PAYLOAD_BYTES;
 
 #[cfg(test)]
 mod tests {
@@ -203,7 +233,37 @@ mod tests {
     }
 
     fn event(data: &str) -> Event<'_> {
-        Event { position: 7, stream: "payment.success", time_us: 1_700_000_000_000_001, tx: 812, data }
+        Event { position: 7, stream: "payment.success", time_us: 1_700_000_000_000_001, tx: 812, data: Some(data), private: false }
+    }
+
+    #[test]
+    fn patterns_select_exact_names_prefixes_and_everything() {
+        assert!(pattern_matches("payment.success", "payment.success"));
+        assert!(!pattern_matches("payment.success", "payment.successful"));
+        assert!(pattern_matches("payment.*", "payment.success"));
+        assert!(!pattern_matches("payment.*", "payments.x"));
+        assert!(pattern_matches("*", "anything"));
+        assert!(!pattern_matches("a*b*", "a*bc"));
+    }
+
+    #[test]
+    fn private_payload_never_carries_data() {
+        let mut e = event(r#"{"secret": 1}"#);
+        e.private = true;
+        let payload = encode_payload(&e).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&payload).unwrap();
+        assert_eq!(value["private"], serde_json::Value::Bool(true));
+        assert!(value.get("data").is_none() && !payload.contains("secret"));
+        assert_eq!(value["position"], 7);
+    }
+
+    #[test]
+    fn data_the_worker_did_not_read_is_sent_truncated() {
+        let mut e = event("{}");
+        e.data = None;
+        let value: serde_json::Value = serde_json::from_str(&encode_payload(&e).unwrap()).unwrap();
+        assert_eq!(value["truncated"], serde_json::Value::Bool(true));
+        assert!(value.get("data").is_none());
     }
 
     #[test]

@@ -6,6 +6,11 @@
 //! untouched. Publishers never NOTIFY and never wait for one another; the
 //! worker delivers after commit.
 //!
+//! They run as the caller (not SECURITY DEFINER), check the caller's publish
+//! privilege on the stream (privileges.rs), and then write as the owner of
+//! the log, the way a SECURITY DEFINER function would, through plans prepared
+//! under a pinned search_path (kept_plan.rs).
+//!
 //! The transaction callback is registered once, when the library is preloaded,
 //! and does nothing in transactions that did not publish. At commit and abort
 //! it only touches atomics and sets the worker's latch: nothing there may fail.
@@ -17,8 +22,11 @@ use pgrx::prelude::*;
 use pgrx::IntoDatum;
 
 use crate::error::{OrRaise, StreamsError};
+use crate::gucs;
+use crate::kept_plan::{spi, KeptPlan};
 use crate::notify::validate_stream_name;
 use crate::pg_decls;
+use crate::privileges;
 use crate::shmem::{self, DbEntry, PublisherSlot};
 
 /// This backend's open publishing transaction.
@@ -45,14 +53,14 @@ fn position_sequence() -> pg_sys::Oid {
         let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), false);
         let seq = pg_sys::get_relname_relid(c"position_seq".as_ptr(), schema);
         if seq == pg_sys::InvalidOid {
-            error!("sequence streams.position_seq is missing; reinstall litebase_streams");
+            StreamsError::Internal("sequence streams.position_seq is missing; reinstall litebase_streams".into()).raise();
         }
         seq
     }
 }
 
 /// `streams.publish(stream text, data jsonb) → bigint`, declared in
-/// sql/streams.sql. A C-level function so that the caller's jsonb datum goes
+/// sql/log.sql. A C-level function so that the caller's jsonb datum goes
 /// into the INSERT untouched, through a plan prepared once per backend: no
 /// parsing or planning per call, no conversion of the payload.
 #[pg_guard]
@@ -62,18 +70,19 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish(fcinfo: pg_sys::Functio
     if pgrx::fcinfo::pg_arg_is_null(fcinfo, 1) {
         StreamsError::NullArgument("data").raise();
     }
-    checked_stream(stream);
-    let position = next_position();
-    let stream_datum = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0);
-    let data_datum = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1);
-    insert_event(position, stream_datum, data_datum);
+    let data = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1);
+    check_size(data);
+    let sequence = checked_stream(stream);
+    let position = next_position(sequence);
+    let stream = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0);
+    write_as_owner(sequence, &INSERT_EVENT, [pg_sys::Datum::from(position), stream, current_tx(), data]);
     pg_sys::Datum::from(position)
 }
 
 pg_decls::function_info_v1!(pg_finfo_litebase_streams_publish);
 
 /// `streams._publish_batch(stream text, data jsonb[]) → bigint[]`, behind
-/// `streams.publish_batch` (sql/streams.sql): one position per element, in
+/// `streams.publish_batch` (sql/log.sql): one position per element, in
 /// array order, then one INSERT of all rows through a kept plan.
 #[pg_guard]
 #[no_mangle]
@@ -87,40 +96,52 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish_batch(fcinfo: pg_sys::F
     if pg_sys::array_contains_nulls(array) {
         StreamsError::NullArgument("each element of data").raise();
     }
-    let dims = (array as *mut u8).add(std::mem::size_of::<pg_sys::ArrayType>()) as *mut i32;
-    let count = pg_sys::ArrayGetNItems((*array).ndim, dims);
-    checked_stream(stream); // also for an empty array
-    let positions: Vec<i64> = (0..count).map(|_| next_position()).collect();
+    let sequence = checked_stream(stream); // also for an empty array
+    let elements = array_elements(array);
+    for &element in &elements {
+        check_size(element);
+    }
+    let positions: Vec<i64> = elements.iter().map(|_| next_position(sequence)).collect();
     let positions = positions.into_datum().expect("an array datum");
     let stream = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0);
-    run_kept_plan(&INSERT_BATCH, [positions, stream, current_tx(), pg_sys::Datum::from(array)]);
+    write_as_owner(sequence, &INSERT_BATCH, [positions, stream, current_tx(), pg_sys::Datum::from(array)]);
     positions
 }
 
 pg_decls::function_info_v1!(pg_finfo_litebase_streams_publish_batch);
 
-/// An INSERT planned once per backend and kept; the plan cache re-plans it
-/// when the table changes (even a dropped and recreated extension).
-struct KeptInsert {
-    sql: &'static std::ffi::CStr,
-    types: [pg_sys::Oid; 4],
-    plan: std::thread::LocalKey<Cell<pg_sys::SPIPlanPtr>>,
+/// The elements of a jsonb array without nulls (checked by the caller).
+unsafe fn array_elements(array: *mut pg_sys::ArrayType) -> Vec<pg_sys::Datum> {
+    let (mut values, mut count) = (std::ptr::null_mut(), 0);
+    pg_sys::deconstruct_array(
+        array,
+        pg_sys::JSONBOID,
+        -1,
+        false,
+        pg_sys::TYPALIGN_INT as std::ffi::c_char,
+        &mut values,
+        std::ptr::null_mut(),
+        &mut count,
+    );
+    (0..count as usize).map(|i| *values.add(i)).collect()
 }
 
 thread_local! {
     static INSERT_EVENT_PLAN: Cell<pg_sys::SPIPlanPtr> = const { Cell::new(std::ptr::null_mut()) };
     static INSERT_BATCH_PLAN: Cell<pg_sys::SPIPlanPtr> = const { Cell::new(std::ptr::null_mut()) };
+    /// (sequence, owner of the log) of the last publish.
+    static LOG_OWNER: Cell<(pg_sys::Oid, pg_sys::Oid)> = const { Cell::new((pg_sys::InvalidOid, pg_sys::InvalidOid)) };
 }
 
-static INSERT_EVENT: KeptInsert = KeptInsert {
+static INSERT_EVENT: KeptPlan<4> = KeptPlan {
     sql: c"INSERT INTO streams.event_log (position, stream, tx, data) VALUES ($1, $2, $3, $4)",
     types: [pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::XID8OID, pg_sys::JSONBOID],
     plan: INSERT_EVENT_PLAN,
 };
 
-static INSERT_BATCH: KeptInsert = KeptInsert {
+static INSERT_BATCH: KeptPlan<4> = KeptPlan {
     sql: c"INSERT INTO streams.event_log (position, stream, tx, data)
-           SELECT u.position, $2, $3, u.data FROM unnest($1, $4) AS u(position, data)",
+           SELECT u.position, $2, $3, u.data FROM pg_catalog.unnest($1, $4) AS u(position, data)",
     types: [pg_sys::INT8ARRAYOID, pg_sys::TEXTOID, pg_sys::XID8OID, pg_sys::JSONBARRAYOID],
     plan: INSERT_BATCH_PLAN,
 };
@@ -130,46 +151,71 @@ fn current_tx() -> pg_sys::Datum {
     pg_sys::Datum::from(unsafe { pg_sys::GetTopFullTransactionId() }.value)
 }
 
-unsafe fn insert_event(position: i64, stream: pg_sys::Datum, data: pg_sys::Datum) {
-    run_kept_plan(&INSERT_EVENT, [pg_sys::Datum::from(position), stream, current_tx(), data]);
+/// Run an INSERT as the owner of the log (the caller's privilege to publish
+/// was checked before).
+unsafe fn write_as_owner(sequence: pg_sys::Oid, insert: &'static KeptPlan<4>, mut values: [pg_sys::Datum; 4]) {
+    privileges::as_owner(log_owner(sequence), || {
+        spi::connect();
+        insert.execute(&mut values, pg_sys::SPI_OK_INSERT);
+        spi::finish();
+    });
 }
 
-unsafe fn run_kept_plan(insert: &'static KeptInsert, mut values: [pg_sys::Datum; 4]) {
-    if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
-        error!("litebase_streams: SPI_connect failed");
+/// The owner of the position sequence: the role that created the extension.
+fn log_owner(sequence: pg_sys::Oid) -> pg_sys::Oid {
+    let (cached_for, owner) = LOG_OWNER.with(|o| o.get());
+    if cached_for == sequence {
+        return owner;
     }
-    let mut plan = insert.plan.with(|p| p.get());
-    if plan.is_null() {
-        let mut types = insert.types;
-        plan = pg_sys::SPI_prepare(insert.sql.as_ptr(), types.len() as i32, types.as_mut_ptr());
-        if plan.is_null() || pg_sys::SPI_keepplan(plan) != 0 {
-            error!("litebase_streams: cannot prepare the event insert");
+    // SAFETY: a syscache lookup of a relation we just resolved by name; the
+    // tuple is released before returning.
+    let owner = unsafe {
+        let tuple = pg_sys::SearchSysCache1(pg_sys::SysCacheIdentifier::RELOID as i32, pg_sys::Datum::from(sequence));
+        if tuple.is_null() {
+            StreamsError::Internal("sequence streams.position_seq vanished".into()).raise();
         }
-        insert.plan.with(|p| p.set(plan));
+        let data = (*tuple).t_data;
+        let form = (data as *const u8).add((*data).t_hoff as usize) as *const pg_sys::FormData_pg_class;
+        let owner = (*form).relowner;
+        pg_sys::ReleaseSysCache(tuple);
+        owner
+    };
+    LOG_OWNER.with(|o| o.set((sequence, owner)));
+    owner
+}
+
+/// Refuse data larger than `litebase_streams.max_event_size` (54000).
+fn check_size(data: pg_sys::Datum) {
+    let limit = gucs::MAX_EVENT_SIZE.get();
+    if limit <= 0 {
+        return;
     }
-    let status = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), std::ptr::null(), false, 0);
-    if status != pg_sys::SPI_OK_INSERT as i32 {
-        error!("litebase_streams: event insert failed (SPI status {status})");
+    // SAFETY: a jsonb datum; the size comes from its (possibly toasted) header.
+    let size = unsafe { pg_sys::toast_raw_datum_size(data) };
+    if size > limit as usize {
+        StreamsError::EventTooLarge { size, limit: limit as usize }.raise();
     }
-    pg_sys::SPI_finish();
 }
 
 /// The stream argument, checked: not null (22004), follows the naming rule
-/// (22023); and the server is set up for publishing.
-fn checked_stream(stream: Option<&str>) -> &str {
+/// (22023), the server is set up for publishing, and the caller may publish
+/// to it (42501). Returns the position sequence.
+fn checked_stream(stream: Option<&str>) -> pg_sys::Oid {
     let stream = stream.ok_or(StreamsError::NullArgument("stream")).or_raise();
     validate_stream_name(stream).or_raise();
     crate::require_preload().or_raise();
-    stream
+    let sequence = position_sequence();
+    privileges::check_publish(stream);
+    sequence
 }
 
 /// Allocate a position, announcing the transaction as an open publisher first.
-fn next_position() -> i64 {
+fn next_position(sequence: pg_sys::Oid) -> i64 {
     let first = PUBLISHING.with(|p| p.get()).is_none();
     if first {
         announce();
     }
-    let position = pg_decls::nextval(position_sequence());
+    let position = pg_decls::nextval(sequence);
     if first {
         PUBLISHING.with(|p| p.get()).expect("announced above").slot.hold(position as u64);
     }
@@ -212,8 +258,14 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
         XACT_EVENT_PRE_PREPARE if PUBLISHING.with(|p| p.get()).is_some() => {
             StreamsError::PreparedPublish.raise()
         }
-        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_ABORT
-        | XACT_EVENT_PARALLEL_ABORT | XACT_EVENT_PREPARE => finish(),
+        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
+            privileges::at_commit(true);
+            finish()
+        }
+        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT | XACT_EVENT_PREPARE => {
+            privileges::at_commit(false);
+            finish()
+        }
         _ => {}
     }
 }

@@ -6,7 +6,7 @@
 //! backend owns its slot exclusively; a database entry is claimed once per
 //! database under a spinlock and kept until the server restarts.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 use pgrx::pg_sys;
 
@@ -18,6 +18,8 @@ const ALLOCATING: u64 = u64::MAX;
 pub struct PublisherSlot {
     db: AtomicU32,
     low: AtomicU64,
+    /// When the transaction announced itself (TimestampTz), for hold_timeout.
+    since: AtomicI64,
 }
 
 /// What the worker of one database publishes about itself.
@@ -32,10 +34,36 @@ pub struct DbEntry {
     pub wake: AtomicBool,
     /// Set by a backend about to DROP DATABASE: the worker leaves for good.
     pub stop: AtomicBool,
-    /// The last position the worker delivered (its persisted horizon).
+    /// The worker's persisted horizon.
     pub horizon: AtomicU64,
+    /// The last position the worker notified.
+    pub delivered: AtomicU64,
     /// See [`WorkerState`].
     pub state: AtomicU32,
+    /// See [`NotifyState`]: whether the last attempt to send notifications failed.
+    pub notify_state: AtomicU32,
+}
+
+/// Whether notifications are going out. Visibility never depends on it: the
+/// horizon advances in a transaction of its own while notifications fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum NotifyState {
+    Ok = 0,
+    /// PostgreSQL's notification queue is full (SQLSTATE 54000).
+    QueueFull = 1,
+    /// Another error; the server log has it.
+    Failing = 2,
+}
+
+impl NotifyState {
+    pub fn name(raw: u32) -> &'static str {
+        match raw {
+            0 => "ok",
+            1 => "failing: the notification queue is full",
+            _ => "failing: see the server log",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +91,8 @@ struct Header {
     n_slots: u32,
     n_dbs: u32,
     db_lock: AtomicBool,
+    /// Bumped when a transaction that changed stream grants commits.
+    acl_generation: AtomicU64,
 }
 
 static mut SHARED: *mut Header = std::ptr::null_mut();
@@ -153,6 +183,18 @@ fn slots() -> &'static [PublisherSlot] {
     }
 }
 
+/// The current generation of stream grants (see privileges.rs).
+pub fn acl_generation() -> u64 {
+    unsafe { (*header()).acl_generation.load(Ordering::Acquire) }
+}
+
+/// Invalidate every backend's cached publish answers. Atomics only.
+pub fn bump_acl_generation() {
+    if available() {
+        unsafe { (*header()).acl_generation.fetch_add(1, Ordering::AcqRel) };
+    }
+}
+
 /// The entry of database `db`, if one was claimed.
 pub fn find_db(db: pg_sys::Oid) -> Option<&'static DbEntry> {
     db_entries_of(header()).iter().find(|e| e.db.load(Ordering::Acquire) == db.to_u32())
@@ -196,6 +238,8 @@ impl DbEntry {
     /// Free this entry for another database (after DROP DATABASE).
     pub fn forget(&self) {
         self.horizon.store(0, Ordering::Relaxed);
+        self.delivered.store(0, Ordering::Relaxed);
+        self.notify_state.store(0, Ordering::Relaxed);
         self.db.store(0, Ordering::Release);
     }
 
@@ -227,6 +271,7 @@ pub fn my_slot(procno: i32) -> Option<&'static PublisherSlot> {
 impl PublisherSlot {
     /// Announce a first publish in database `db`: a position is being taken.
     pub fn begin(&self, db: pg_sys::Oid) {
+        self.since.store(unsafe { pg_sys::GetCurrentStatementStartTimestamp() }, Ordering::Relaxed);
         self.db.store(db.to_u32(), Ordering::SeqCst);
         self.low.store(ALLOCATING, Ordering::SeqCst);
     }
@@ -269,6 +314,11 @@ pub fn held_positions(db: pg_sys::Oid) -> Vec<(usize, u64)> {
         }
     }
     found
+}
+
+/// When the open publishing transaction in slot `procno` started.
+pub fn held_since(procno: usize) -> i64 {
+    slots().get(procno).map_or(0, |slot| slot.since.load(Ordering::Relaxed))
 }
 
 /// The pid of the process with this pgprocno.

@@ -1,6 +1,10 @@
-//! The shared-memory half of `streams.status`: the worker and whatever holds
-//! the horizon back. The view (sql/streams.sql) adds the persisted horizon
-//! and the holder's transaction from `pg_stat_activity`.
+//! The shared-memory half of `streams.status` and `streams.worker_pid()`:
+//! the worker and whatever holds the horizon back. The view (sql/status.sql)
+//! adds the persisted horizon, the log's identity and the holder's
+//! transaction from `pg_stat_activity`.
+//!
+//! Nothing here assigns a transaction id or writes, so `streams.status` works
+//! in read-only transactions and on hot standbys.
 
 use std::sync::atomic::Ordering;
 
@@ -8,9 +12,23 @@ use pgrx::prelude::*;
 
 use crate::error::OrRaise;
 use crate::horizon;
-use crate::shmem::{self, WorkerState};
+use crate::shmem::{self, NotifyState, WorkerState};
+
+/// The newest allocated position (0 before the first publish), read from the
+/// sequence without taking a transaction id.
+fn newest_position() -> i64 {
+    Spi::connect(|client| {
+        client
+            .select("SELECT streams._newest_position()", Some(1), &[])?
+            .first()
+            .get_one::<i64>()
+    })
+    .unwrap_or_else(|e| error!("reading streams.position_seq: {e}"))
+    .unwrap_or(0)
+}
 
 #[pg_extern(volatile, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
 #[allow(clippy::type_complexity)]
 fn _worker_status() -> TableIterator<
     'static,
@@ -21,20 +39,22 @@ fn _worker_status() -> TableIterator<
         name!(delivered_position, Option<i64>),
         name!(holder_pid, Option<i32>),
         name!(holder_position, Option<i64>),
+        name!(notify_state, Option<String>),
     ),
 > {
     crate::require_preload().or_raise();
-    let newest = Spi::get_one::<i64>("SELECT streams._newest_position()")
-        .unwrap_or_else(|e| error!("reading streams.position_seq: {e}"))
-        .unwrap_or(0);
+    let newest = newest_position();
     let db = unsafe { pg_sys::MyDatabaseId };
     let entry = shmem::find_db(db);
     let pid = entry.map(|e| e.worker_pid.load(Ordering::Acquire)).filter(|&p| p != 0);
-    let state = match (entry, pid) {
-        (Some(e), Some(_)) => WorkerState::name(e.state.load(Ordering::Relaxed)),
-        _ => "not running",
+    let running = entry.filter(|_| pid.is_some());
+    let state = match running {
+        Some(e) => WorkerState::name(e.state.load(Ordering::Relaxed)),
+        None if unsafe { pg_sys::RecoveryInProgress() } => "standby",
+        None => "not running",
     };
-    let delivered = entry.filter(|_| pid.is_some()).map(|e| e.horizon.load(Ordering::Relaxed) as i64);
+    let delivered = running.map(|e| e.delivered.load(Ordering::Relaxed) as i64);
+    let notify = running.map(|e| NotifyState::name(e.notify_state.load(Ordering::Relaxed)).to_owned());
     let holder = horizon::holder(newest.max(0) as u64, shmem::held_positions(db));
     TableIterator::once((
         newest,
@@ -43,5 +63,18 @@ fn _worker_status() -> TableIterator<
         delivered,
         holder.map(|(procno, _)| shmem::pid_of(procno)),
         holder.map(|(_, low)| low as i64),
+        notify,
     ))
+}
+
+/// `streams.worker_pid()`: the pid of this database's worker, the only
+/// process whose notifications a client should trust (compare it with the
+/// notification's sender pid); null when no worker runs.
+#[pg_extern(stable, parallel_safe)]
+fn worker_pid() -> Option<i32> {
+    if !shmem::available() {
+        return None;
+    }
+    let entry = shmem::find_db(unsafe { pg_sys::MyDatabaseId })?;
+    Some(entry.worker_pid.load(Ordering::Acquire)).filter(|&pid| pid != 0)
 }

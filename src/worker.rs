@@ -37,9 +37,9 @@ use pgrx::bgworkers::*;
 use pgrx::pg_sys::panic::CaughtError;
 use pgrx::prelude::*;
 
-use crate::delivery::{self, Round};
+use crate::delivery::{self, Phase, Round};
 use crate::gucs;
-use crate::shmem::{self, DbEntry, WorkerState};
+use crate::shmem::{self, DbEntry, NotifyState, WorkerState};
 
 const LIBRARY: &str = "litebase_streams";
 const WORKER_TYPE: &str = "litebase_streams worker";
@@ -142,17 +142,56 @@ pub extern "C-unwind" fn litebase_streams_worker_main(arg: pg_sys::Datum) {
     if entry.stop.load(Ordering::Acquire) || !attach(entry) {
         return;
     }
-    // The worker's state is derived from durable data, so its commits need not
-    // wait for the WAL flush. A lock held on the extension's tables fails a
-    // round (retried with backoff) instead of stalling the worker. The timeout
-    // is well under deadlock_timeout (1 s by default), so when DDL such as
-    // DROP EXTENSION and a round lock the tables in opposite orders, the
-    // worker gives way rather than the user's statement failing with a deadlock.
-    in_transaction(|| {
-        Spi::run("SET synchronous_commit = off; SET lock_timeout = '100ms'").expect("valid settings");
-    });
+    in_transaction(pin_session_settings);
     log!("litebase_streams worker started for database {}", db.to_u32());
     serve(db, entry);
+}
+
+/// Session settings the worker's correctness depends on, set at session
+/// level so that no `ALTER DATABASE/ROLE ... SET` (applied at connect) can
+/// change them. In particular:
+///
+/// * `search_path`: the worker runs as the bootstrap superuser; only
+///   pg_catalog may resolve its functions and operators.
+/// * read committed, read-write: each round's fresh snapshot must see every
+///   commit before it (repeatable read would reuse the transaction's first
+///   snapshot and stamp events it cannot see), and the round writes.
+/// * timeouts: a lock held on the extension's tables fails a round (retried
+///   with backoff) instead of stalling it. 100 ms is well under
+///   deadlock_timeout, so when DDL such as DROP EXTENSION and a round lock
+///   the tables in opposite orders, the worker gives way rather than the
+///   user's statement failing with a deadlock. No statement or idle timeout
+///   may end the worker's own session.
+/// * `session_replication_role = origin`: the immutability triggers fire.
+/// * `synchronous_commit = off`: the worker's state is derived from durable
+///   data, so its commits need not wait for the WAL flush.
+const PINNED_SETTINGS: &str = "
+    SET ROLE NONE;
+    SET search_path = pg_catalog, pg_temp;
+    SET default_transaction_isolation = 'read committed';
+    SET default_transaction_read_only = off;
+    SET default_transaction_deferrable = off;
+    SET statement_timeout = 0;
+    SET lock_timeout = '100ms';
+    SET idle_in_transaction_session_timeout = 0;
+    SET idle_session_timeout = 0;
+    SET session_replication_role = origin;
+    SET synchronous_commit = off;
+    SET row_security = on;
+    SET standard_conforming_strings = on;
+    SET transform_null_equals = off;
+    SET array_nulls = on;
+    SET TimeZone = 'UTC';
+    SET DateStyle = 'ISO, YMD';
+    SET IntervalStyle = 'postgres';
+    SET extra_float_digits = 1;
+    SET max_parallel_workers_per_gather = 0;
+    SET jit = off;
+    SET plan_cache_mode = auto;
+    SET client_min_messages = warning";
+
+fn pin_session_settings() {
+    Spi::run(PINNED_SETTINGS).unwrap_or_else(|e| error!("litebase_streams worker: pinning session settings: {e}"));
 }
 
 fn extension_installed() -> bool {
@@ -187,8 +226,15 @@ fn shutdown_requested() -> bool {
 }
 
 /// The main loop: a round whenever woken, backoff after failures.
+///
+/// After a failed round the worker splits visibility from notification (see
+/// delivery.rs): a visibility round on every wake, and a notification round
+/// when its own backoff allows, until notifications have caught up.
 fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
     let mut failures = 0u32;
+    let mut split = false;
+    let mut notify_failures = 0u32;
+    let mut next_notify = std::time::Instant::now();
     loop {
         if entry.stop.load(Ordering::Acquire) {
             return; // exit 0: DROP DATABASE is waiting for us
@@ -200,47 +246,106 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
         entry.wake.store(false, Ordering::SeqCst);
-        let wait = match round(db, entry) {
+        let phase = if split { Phase::Visibility } else { Phase::Combined };
+        let mut wait = match round(db, entry, phase) {
             Ok(Round::ExtensionGone) => {
                 log!("litebase_streams worker for database {}: extension dropped, exiting", db.to_u32());
                 return;
             }
-            Ok(Round::Delivered { horizon, more: true }) => {
+            Ok(Round::Done { horizon, delivered, more }) => {
                 failures = 0;
                 entry.horizon.store(horizon as u64, Ordering::Relaxed);
-                continue; // the batch limit cut the round short
-            }
-            Ok(Round::Delivered { horizon, more: false } | Round::Idle { horizon }) => {
-                failures = 0;
-                entry.horizon.store(horizon as u64, Ordering::Relaxed);
+                if !split {
+                    entry.delivered.store(delivered as u64, Ordering::Relaxed);
+                }
+                if more {
+                    continue; // the batch limit cut the round short
+                }
                 entry.set_state(WorkerState::Idle);
                 gucs::idle_poll()
             }
-            Err(message) => {
+            Err(failure) => {
                 failures += 1;
+                if phase == Phase::Combined {
+                    // Perhaps NOTIFY failed: from now on visibility goes first.
+                    split = true;
+                    entry.notify_state.store(failure.notify_state() as u32, Ordering::Relaxed);
+                }
                 entry.set_state(WorkerState::Retrying);
-                let backoff = Duration::from_millis(10u64 << failures.min(10)).min(Duration::from_secs(10));
-                ereport!(
-                    PgLogLevel::WARNING,
-                    PgSqlErrorCode::ERRCODE_WARNING,
-                    format!("litebase_streams: delivery round failed, retrying in {} ms: {message}", backoff.as_millis()),
-                    "Publishers are not affected; events are delivered once the round succeeds."
-                );
+                let backoff = backoff(failures);
+                warn_failed("delivery round", &failure, backoff);
                 backoff
             }
         };
-        if !BackgroundWorker::wait_latch(Some(wait)) {
+        if split && std::time::Instant::now() >= next_notify {
+            match round(db, entry, Phase::Notify) {
+                Ok(Round::Done { horizon, delivered, more }) => {
+                    notify_failures = 0;
+                    entry.delivered.store(delivered as u64, Ordering::Relaxed);
+                    entry.notify_state.store(NotifyState::Ok as u32, Ordering::Relaxed);
+                    if more {
+                        wait = std::time::Duration::ZERO;
+                    } else if delivered >= horizon {
+                        split = false; // caught up: one transaction per round again
+                    }
+                }
+                Ok(Round::ExtensionGone) => return,
+                Err(failure) => {
+                    notify_failures += 1;
+                    entry.notify_state.store(failure.notify_state() as u32, Ordering::Relaxed);
+                    let backoff = backoff(notify_failures);
+                    warn_failed("notification round", &failure, backoff);
+                    next_notify = std::time::Instant::now() + backoff;
+                    wait = wait.min(backoff);
+                }
+            }
+        }
+        if !wait.is_zero() && !BackgroundWorker::wait_latch(Some(wait)) {
             unsafe { pg_sys::proc_exit(1) };
         }
     }
 }
 
+fn backoff(failures: u32) -> Duration {
+    Duration::from_millis(10u64 << failures.min(10)).min(Duration::from_secs(10))
+}
+
+fn warn_failed(what: &str, failure: &Failure, backoff: Duration) {
+    ereport!(
+        PgLogLevel::WARNING,
+        PgSqlErrorCode::ERRCODE_WARNING,
+        format!(
+            "litebase_streams: {what} failed, retrying in {} ms: {} (SQLSTATE {})",
+            backoff.as_millis(),
+            failure.message,
+            failure.sqlstate
+        ),
+        "Publishers are not affected; events are delivered once the round succeeds."
+    );
+}
+
+/// A failed round.
+struct Failure {
+    message: String,
+    sqlstate: String,
+}
+
+impl Failure {
+    fn notify_state(&self) -> NotifyState {
+        if self.sqlstate == "54000" {
+            NotifyState::QueueFull
+        } else {
+            NotifyState::Failing
+        }
+    }
+}
+
 /// One delivery round in its own transaction; any error aborts the transaction
-/// and comes back as its message.
-fn round(db: pg_sys::Oid, entry: &DbEntry) -> Result<Round, String> {
+/// and comes back as a [`Failure`].
+fn round(db: pg_sys::Oid, entry: &DbEntry, phase: Phase) -> Result<Round, Failure> {
     entry.set_state(WorkerState::Delivering);
     let batch_size = i64::from(gucs::BATCH_SIZE.get());
-    PgTryBuilder::new(AssertUnwindSafe(|| Ok(in_transaction(|| delivery::run(db, batch_size)))))
+    PgTryBuilder::new(AssertUnwindSafe(|| Ok(in_transaction(|| delivery::run(db, batch_size, phase)))))
         .catch_others(|error| {
             unsafe { pg_sys::AbortCurrentTransaction() };
             Err(describe(error))
@@ -265,13 +370,14 @@ fn in_transaction<R>(body: impl FnOnce() -> R) -> R {
     result
 }
 
-fn describe(error: CaughtError) -> String {
+fn describe(error: CaughtError) -> Failure {
     match error {
         CaughtError::PostgresError(report)
         | CaughtError::ErrorReport(report)
-        | CaughtError::RustPanic { ereport: report, .. } => {
-            format!("{} (SQLSTATE {})", report.message(), sqlstate(report.sql_error_code() as i32))
-        }
+        | CaughtError::RustPanic { ereport: report, .. } => Failure {
+            message: report.message().to_owned(),
+            sqlstate: sqlstate(report.sql_error_code() as i32),
+        },
     }
 }
 

@@ -1,0 +1,406 @@
+-- litebase_streams 0.1.0 -> 0.2.0: per-stream privileges and private
+-- streams, functions pinned to a safe search_path, publish running as the
+-- caller, the log's identity, notifications that can lag visibility.
+-- Every event, position, time and tx stays as it is; the roles that could
+-- read or publish before keep doing so (as holders of a grant on '*').
+-- Definitions repeat sql/streams.sql; the upgrade test compares the result
+-- with a fresh install.
+
+-- The schema must hold nothing the extension does not own (see bootstrap.sql).
+DO $check$
+DECLARE
+    ext_oid oid := (SELECT x.oid FROM pg_catalog.pg_extension x WHERE x.extname = 'litebase_streams');
+    schema_oid oid := (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = 'streams');
+    stranger text;
+BEGIN
+    SELECT pg_catalog.format('%s %s', o.kind, o.name) INTO stranger FROM (
+        SELECT 'relation' AS kind, c.oid::regclass::text AS name, 'pg_class'::regclass AS cls, c.oid
+        FROM pg_catalog.pg_class c WHERE c.relnamespace = schema_oid AND c.relkind NOT IN ('i', 't')
+        UNION ALL
+        SELECT 'function', p.oid::regprocedure::text, 'pg_proc'::regclass, p.oid
+        FROM pg_catalog.pg_proc p WHERE p.pronamespace = schema_oid
+        UNION ALL
+        SELECT 'operator', o.oid::regoperator::text, 'pg_operator'::regclass, o.oid
+        FROM pg_catalog.pg_operator o WHERE o.oprnamespace = schema_oid
+        UNION ALL
+        SELECT 'type', t.oid::regtype::text, 'pg_type'::regclass, t.oid
+        FROM pg_catalog.pg_type t WHERE t.typnamespace = schema_oid AND t.typrelid = 0 AND t.typelem = 0
+    ) o
+    WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+                      WHERE d.classid = o.cls AND d.objid = o.oid AND d.refobjid = ext_oid AND d.deptype = 'e')
+    LIMIT 1;
+    IF stranger IS NOT NULL
+       OR (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.oid = schema_oid)
+          <> (SELECT x.extowner FROM pg_catalog.pg_extension x WHERE x.oid = ext_oid) THEN
+        RAISE EXCEPTION 'litebase_streams: schema "streams" holds objects the extension did not create, or is owned by another role'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = pg_catalog.format('First found: %s.', coalesce(stranger, 'the schema''s owner')),
+                  HINT = 'Move those objects out of the schema (they could shadow the extension''s functions), then update again.';
+    END IF;
+END
+$check$;
+
+-- Rust functions new in 0.2.0.
+CREATE FUNCTION streams."_acl_changed"() RETURNS void
+STRICT VOLATILE
+LANGUAGE c AS 'MODULE_PATHNAME', '_acl_changed_wrapper';
+CREATE FUNCTION streams."_stream_matches"("stream" TEXT, "patterns" TEXT[]) RETURNS bool
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', '_stream_matches_wrapper';
+CREATE FUNCTION streams."worker_pid"() RETURNS INT
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'worker_pid_wrapper';
+
+-- The status view and its function change shape: remember who could read it.
+-- (Kept in a transaction-local setting: a table would join the extension.)
+SELECT pg_catalog.set_config('litebase_streams_upgrade.status_readers', coalesce(pg_catalog.string_agg(g.grantee::text, ','), ''), true)
+FROM (
+    SELECT a.grantee::regrole AS grantee FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+    WHERE c.oid = 'streams.status'::regclass AND a.privilege_type = 'SELECT' AND a.grantee <> 0 AND a.grantee <> c.relowner
+    UNION
+    SELECT a.grantee::regrole FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+    WHERE p.oid = 'streams._worker_status()'::regprocedure AND a.grantee <> 0 AND a.grantee <> p.proowner
+) g;
+DROP VIEW streams.status;
+DROP FUNCTION streams._worker_status();
+CREATE FUNCTION streams."_worker_status"() RETURNS TABLE (
+	"newest_position" bigint,
+	"worker_pid" INT,
+	"worker_state" TEXT,
+	"delivered_position" bigint,
+	"holder_pid" INT,
+	"holder_position" bigint,
+	"notify_state" TEXT
+)
+STRICT VOLATILE SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c AS 'MODULE_PATHNAME', '_worker_status_wrapper';
+
+-- Storage.
+ALTER TABLE streams.horizon_state ADD COLUMN delivered bigint;
+
+-- Which log this is: a new id for every CREATE EXTENSION (also the one a
+-- restore runs), so a client can tell a re-created or restored log, whose
+-- positions may repeat, from the one it was reading. Not dumped on purpose.
+CREATE TABLE streams.log_info (
+    id         boolean PRIMARY KEY DEFAULT true CHECK (id),
+    log_id     uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid(),
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+INSERT INTO streams.log_info DEFAULT VALUES;
+COMMENT ON TABLE streams.log_info IS 'The identity of this log: a new log_id for every CREATE EXTENSION.';
+
+-------------------------------------------------------------------------------
+-- Privileges: who may read and publish which streams (see also "Granting")
+-------------------------------------------------------------------------------
+
+-- One row per grant: `grantee` may `privilege` ('read' or 'publish') the
+-- streams `stream` selects (an exact name, 'prefix.*' or '*'). Written only
+-- through streams.grant and streams.revoke. Every role may select it, and
+-- row-level security shows each role only the grants it holds (directly or
+-- through a role it is a member of); the owner and superusers see all.
+CREATE TABLE streams.stream_grants (
+    grantee   regrole NOT NULL,
+    privilege text NOT NULL CHECK (privilege IN ('read', 'publish')),
+    stream    text COLLATE "C" NOT NULL,
+    PRIMARY KEY (grantee, privilege, stream)
+);
+ALTER TABLE streams.stream_grants ENABLE ROW LEVEL SECURITY;
+CREATE POLICY own_grants ON streams.stream_grants FOR SELECT
+    USING (pg_catalog.pg_has_role(grantee, 'USAGE'));
+COMMENT ON TABLE streams.stream_grants IS 'Per-stream read and publish grants (streams.grant / streams.revoke); each role sees its own.';
+
+-- Streams whose notifications never carry data (streams.set_private).
+CREATE TABLE streams.private_streams (
+    stream text COLLATE "C" PRIMARY KEY
+);
+COMMENT ON TABLE streams.private_streams IS 'Stream names or patterns whose notifications carry no data (streams.set_private).';
+
+SELECT pg_catalog.pg_extension_config_dump('streams.stream_grants', '');
+SELECT pg_catalog.pg_extension_config_dump('streams.private_streams', '');
+
+-- streams._reads_all() -> boolean
+-- Whether the current user reads every stream: a superuser, a member of the
+-- extension's owner, or a holder of a 'read' grant on '*'.
+CREATE FUNCTION streams._reads_all() RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = current_user AND r.rolsuper)
+        OR pg_catalog.pg_has_role((SELECT x.extowner FROM pg_catalog.pg_extension x WHERE x.extname = 'litebase_streams'), 'USAGE')
+        OR EXISTS (SELECT FROM streams.stream_grants g
+                   WHERE g.privilege = 'read' AND g.stream = '*' AND pg_catalog.pg_has_role(g.grantee, 'USAGE'))
+$$;
+COMMENT ON FUNCTION streams._reads_all() IS 'Internal: whether the current user may read every stream.';
+
+-- streams._read_patterns() -> text[]
+-- The names and patterns of the streams the current user may read.
+CREATE FUNCTION streams._read_patterns() RETURNS text[]
+LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce(pg_catalog.array_agg(DISTINCT g.stream::text), '{}')
+    FROM streams.stream_grants g
+    WHERE g.privilege = 'read' AND pg_catalog.pg_has_role(g.grantee, 'USAGE')
+$$;
+COMMENT ON FUNCTION streams._read_patterns() IS 'Internal: the stream names and patterns the current user may read.';
+
+-- streams._may_publish(stream text) -> boolean
+-- Whether the current user may publish to `stream` (publish.rs asks, as the
+-- caller, before writing as the owner).
+CREATE FUNCTION streams._may_publish(stream text) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = current_user AND r.rolsuper)
+        OR pg_catalog.pg_has_role((SELECT x.extowner FROM pg_catalog.pg_extension x WHERE x.extname = 'litebase_streams'), 'USAGE')
+        OR EXISTS (SELECT FROM streams.stream_grants g
+                   WHERE g.privilege = 'publish' AND pg_catalog.pg_has_role(g.grantee, 'USAGE')
+                     AND streams._stream_matches(_may_publish.stream, ARRAY[g.stream::text]))
+$$;
+COMMENT ON FUNCTION streams._may_publish(text) IS 'Internal: whether the current user may publish to the stream.';
+
+-- SECURITY DEFINER: a reader needs no access to streams.horizon_state.
+CREATE OR REPLACE FUNCTION streams.horizon() RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)
+$$;
+COMMENT ON FUNCTION streams.horizon() IS 'The highest final position: no event at or below it can appear later.';
+
+-- streams.log_id() -> uuid
+-- Which log this is (see streams.log_info): compare it with the one a
+-- client's saved position belongs to before resuming from that position.
+CREATE FUNCTION streams.log_id() RETURNS uuid
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT l.log_id FROM streams.log_info l
+$$;
+COMMENT ON FUNCTION streams.log_id() IS 'The identity of this log; changes when the extension is re-created or restored.';
+
+CREATE OR REPLACE FUNCTION streams._newest_position() RETURNS bigint
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value OPERATOR(pg_catalog.-) 1 END
+    FROM streams.position_seq s
+$$;
+COMMENT ON FUNCTION streams._newest_position() IS 'Internal: the newest allocated position, final or not.';
+
+CREATE OR REPLACE VIEW streams.events WITH (security_barrier) AS
+SELECT e.position, e.stream, t.committed_at AS "time", e.tx, e.data
+FROM streams.event_log e
+LEFT JOIN streams.transactions t ON t.tx = e.tx
+WHERE (e.position > coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)) IS NOT TRUE
+  AND ((SELECT streams._reads_all()) OR streams._stream_matches(e.stream, (SELECT streams._read_patterns())));
+
+-- streams.publish(stream text, data jsonb) -> bigint
+-- Append one event in the caller's transaction and return its position. It
+-- becomes visible (streams.events, LISTEN "<stream>") once the transaction
+-- commits and every transaction that published before it has finished.
+-- Runs as the caller, who needs the 'publish' privilege on the stream
+-- (streams.grant; 42501 otherwise), and writes as the log's owner: nobody
+-- needs access to the tables. Implemented in Rust (src/publish.rs): a
+-- position, then an INSERT through a kept plan.
+CREATE OR REPLACE FUNCTION streams.publish(stream text, data jsonb) RETURNS bigint
+LANGUAGE c VOLATILE SECURITY INVOKER
+AS 'MODULE_PATHNAME', 'litebase_streams_publish';
+COMMENT ON FUNCTION streams.publish(text, jsonb) IS 'Append one event in the caller''s transaction; returns its position.';
+
+-- streams.publish_batch(stream text, data jsonb[]) -> setof bigint
+-- Append one event per array element, positions increasing in array order.
+CREATE OR REPLACE FUNCTION streams._publish_batch(stream text, data jsonb[]) RETURNS bigint[]
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'litebase_streams_publish_batch';
+COMMENT ON FUNCTION streams._publish_batch(text, jsonb[]) IS 'Internal: publish_batch''s positions as an array.';
+
+CREATE OR REPLACE FUNCTION streams.publish_batch(stream text, data jsonb[]) RETURNS SETOF bigint
+LANGUAGE sql VOLATILE SECURITY INVOKER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_catalog.unnest(streams._publish_batch(publish_batch.stream, publish_batch.data))
+$$;
+COMMENT ON FUNCTION streams.publish_batch(text, jsonb[]) IS 'Append one event per element, in array order; returns their positions.';
+
+-------------------------------------------------------------------------------
+-- Granting
+-------------------------------------------------------------------------------
+
+-- streams._check_grant(privilege, stream, role)
+-- 22023 for an unknown privilege or a malformed stream pattern, 22004 for nulls.
+CREATE FUNCTION streams._check_grant(privilege text, stream text, role regrole) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF privilege IS NULL OR stream IS NULL OR role IS NULL THEN
+        RAISE EXCEPTION 'streams.grant/revoke: privilege, stream and role must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF privilege NOT IN ('read', 'publish') THEN
+        RAISE EXCEPTION 'unknown stream privilege "%"', privilege
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ''read'' or ''publish''.';
+    END IF;
+    PERFORM streams._stream_exact(stream);  -- raises 22023 for a malformed name or pattern
+END
+$$;
+COMMENT ON FUNCTION streams._check_grant(text, text, regrole) IS 'Internal: validates the arguments of streams.grant and streams.revoke.';
+
+-- streams.grant(privilege text, stream text, to_role regrole) -> void
+-- Let `to_role` 'read' or 'publish' the streams `stream` selects (a name,
+-- 'prefix.*' or '*'), including the SQL privileges that takes (schema usage,
+-- the view and functions). Runs as the caller (by default only the owner and
+-- superusers may execute it), so it cannot give away more than they have.
+CREATE FUNCTION streams.grant(privilege text, stream text, to_role regrole) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM streams._check_grant(privilege, stream, to_role);
+    INSERT INTO streams.stream_grants (grantee, privilege, stream)
+    VALUES (to_role, privilege, stream) ON CONFLICT DO NOTHING;
+    EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA streams TO %s', to_role);
+    IF privilege = 'read' THEN
+        EXECUTE pg_catalog.format('GRANT SELECT ON streams.events TO %s', to_role);
+        EXECUTE pg_catalog.format(
+            'GRANT EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
+                 streams.horizon(), streams.worker_pid(), streams.log_id(),
+                 streams._replay_start(timestamptz, xid8) TO %s', to_role);
+    ELSE
+        EXECUTE pg_catalog.format(
+            'GRANT EXECUTE ON FUNCTION streams.publish(text, jsonb), streams.publish_batch(text, jsonb[]),
+                 streams._publish_batch(text, jsonb[]) TO %s', to_role);
+    END IF;
+    PERFORM streams._acl_changed();
+END
+$$;
+COMMENT ON FUNCTION streams.grant(text, text, regrole) IS 'Grant ''read'' or ''publish'' on a stream, ''prefix.*'' or ''*'' to a role.';
+
+-- streams.revoke(privilege text, stream text, from_role regrole) -> boolean
+-- Remove one grant; true if it existed. When the role has no grant of that
+-- privilege left, its SQL privileges for it go too (schema usage when it has
+-- no grant at all).
+CREATE FUNCTION streams.revoke(privilege text, stream text, from_role regrole) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    removed boolean;
+BEGIN
+    PERFORM streams._check_grant(privilege, stream, from_role);
+    DELETE FROM streams.stream_grants g
+    WHERE g.grantee = from_role AND g.privilege = revoke.privilege AND g.stream = revoke.stream;
+    removed := FOUND;
+    IF NOT EXISTS (SELECT FROM streams.stream_grants g WHERE g.grantee = from_role AND g.privilege = revoke.privilege) THEN
+        IF privilege = 'read' THEN
+            EXECUTE pg_catalog.format('REVOKE SELECT ON streams.events FROM %s', from_role);
+            EXECUTE pg_catalog.format(
+                'REVOKE EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
+                     streams.horizon(), streams.worker_pid(), streams.log_id(),
+                     streams._replay_start(timestamptz, xid8) FROM %s', from_role);
+        ELSE
+            EXECUTE pg_catalog.format(
+                'REVOKE EXECUTE ON FUNCTION streams.publish(text, jsonb), streams.publish_batch(text, jsonb[]),
+                     streams._publish_batch(text, jsonb[]) FROM %s', from_role);
+        END IF;
+    END IF;
+    IF NOT EXISTS (SELECT FROM streams.stream_grants g WHERE g.grantee = from_role) THEN
+        EXECUTE pg_catalog.format('REVOKE USAGE ON SCHEMA streams FROM %s', from_role);
+    END IF;
+    PERFORM streams._acl_changed();
+    RETURN removed;
+END
+$$;
+COMMENT ON FUNCTION streams.revoke(text, text, regrole) IS 'Remove a grant made by streams.grant; true if it existed.';
+
+-- streams.set_private(stream text, private boolean DEFAULT true) -> void
+-- Notifications of the streams `stream` selects (a name, 'prefix.*' or '*')
+-- carry position, stream, time, tx and "private":true, never data; readers
+-- fetch the data with streams.get. false undoes an earlier call with the
+-- same name or pattern.
+CREATE FUNCTION streams.set_private(stream text, private boolean DEFAULT true) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF stream IS NULL OR private IS NULL THEN
+        RAISE EXCEPTION 'streams.set_private: stream and private must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM streams._stream_exact(stream);  -- raises 22023 for a malformed name or pattern
+    IF private THEN
+        INSERT INTO streams.private_streams (stream) VALUES (set_private.stream) ON CONFLICT DO NOTHING;
+    ELSE
+        DELETE FROM streams.private_streams p WHERE p.stream = set_private.stream;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION streams.set_private(text, boolean) IS 'Make the matching streams'' notifications carry no data (or undo it).';
+
+-------------------------------------------------------------------------------
+-- Operations
+-------------------------------------------------------------------------------
+
+-- streams.status: one row. horizon; newest_position (the newest allocated
+-- position, final or not); the worker's pid, state, delivered position, lag
+-- and whether its notifications go out; the log's identity; and, when an
+-- open publishing transaction holds the horizon back, its pid, position,
+-- xid and age (see litebase_streams.hold_timeout).
+-- Tables are read by the view itself (as its owner): an operator needs
+-- SELECT on the view and EXECUTE on streams._worker_status() only.
+CREATE VIEW streams.status AS
+SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0) AS horizon,
+       w.newest_position,
+       w.worker_pid,
+       w.worker_state,
+       w.delivered_position,
+       w.newest_position - w.delivered_position AS lag_positions,
+       w.notify_state,
+       (SELECT l.log_id FROM streams.log_info l) AS log_id,
+       w.holder_pid,
+       w.holder_position,
+       a.backend_xid AS holder_xid,
+       now() - a.xact_start AS holder_age
+FROM streams._worker_status() w
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = w.holder_pid;
+
+COMMENT ON VIEW streams.status IS 'Horizon, newest position, worker state and lag, notification state, log identity, and what holds the horizon back.';
+
+-- Descriptions of what the sections above do not comment on already.
+COMMENT ON TABLE streams.event_log IS 'Every event ever published, final or not; read streams.events instead.';
+COMMENT ON TABLE streams.transactions IS 'One row per publishing transaction: its commit time and first position.';
+COMMENT ON TABLE streams.horizon_state IS 'The persisted horizon and the last notified position (one row, written by the worker).';
+COMMENT ON SEQUENCE streams.position_seq IS 'Hands out positions; advanced only by streams.publish and publish_batch.';
+COMMENT ON FUNCTION streams.get(bigint) IS 'One final event of a stream the caller may read, or null.';
+COMMENT ON FUNCTION streams._replay_check(bigint, timestamptz, xid8) IS 'Internal: at most one of after, since and from_tx.';
+COMMENT ON FUNCTION streams._replay_start(timestamptz, xid8) IS 'Internal: where a replay from a time or a transaction starts.';
+COMMENT ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer) IS 'Final events of the streams a pattern selects, in position order, from a position, time or transaction.';
+COMMENT ON FUNCTION streams._launch_worker() IS 'Internal: starts this database''s worker when CREATE EXTENSION commits.';
+COMMENT ON FUNCTION streams._require_preload() IS 'Internal: refuses to install without the server settings the extension needs.';
+COMMENT ON FUNCTION streams._stream_exact(text) IS 'Internal: the stream name when a pattern is an exact name.';
+COMMENT ON FUNCTION streams._stream_prefix_low(text) IS 'Internal: the lowest name a prefix pattern selects.';
+COMMENT ON FUNCTION streams._stream_prefix_high(text) IS 'Internal: the smallest name above every name a prefix pattern selects.';
+COMMENT ON FUNCTION streams._replay_limit(integer) IS 'Internal: max_events, checked.';
+COMMENT ON FUNCTION streams._worker_status() IS 'Internal: the shared-memory half of streams.status.';
+COMMENT ON FUNCTION streams.worker_pid() IS 'The pid of this database''s worker: trust only notifications sent by it.';
+COMMENT ON FUNCTION streams._acl_changed() IS 'Internal: makes publishers re-check their privileges after this transaction commits.';
+COMMENT ON FUNCTION streams._stream_matches(text, text[]) IS 'Internal: whether a stream is selected by any of the names or patterns.';
+
+-- Privileges, as a fresh install sets them.
+REVOKE ALL ON ALL TABLES IN SCHEMA streams FROM PUBLIC;
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA streams FROM PUBLIC;
+GRANT SELECT ON streams.stream_grants TO PUBLIC;
+GRANT EXECUTE ON FUNCTION streams._replay_check(bigint, timestamptz, xid8),
+    streams._stream_exact(text), streams._stream_prefix_low(text), streams._stream_prefix_high(text),
+    streams._replay_limit(integer), streams._stream_matches(text, text[]),
+    streams._reads_all(), streams._read_patterns(), streams._may_publish(text) TO PUBLIC;
+
+-- Whoever could read or publish at 0.1.0 (SELECT on the view, EXECUTE on
+-- publish) keeps that, now as a grant on every stream; operators keep status.
+DO $migrate$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT DISTINCT a.grantee::regrole AS grantee FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+        WHERE c.oid = 'streams.events'::regclass AND a.privilege_type = 'SELECT' AND a.grantee <> 0 AND a.grantee <> c.relowner
+    LOOP
+        PERFORM streams.grant('read', '*', r.grantee);
+    END LOOP;
+    FOR r IN
+        SELECT DISTINCT a.grantee::regrole AS grantee FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+        WHERE p.oid IN ('streams.publish(text, jsonb)'::regprocedure, 'streams.publish_batch(text, jsonb[])'::regprocedure)
+          AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner
+    LOOP
+        PERFORM streams.grant('publish', '*', r.grantee);
+    END LOOP;
+    FOR r IN
+        SELECT g.name::regrole AS grantee
+        FROM pg_catalog.unnest(pg_catalog.string_to_array(
+            pg_catalog.current_setting('litebase_streams_upgrade.status_readers'), ',')) AS g(name)
+    LOOP
+        EXECUTE pg_catalog.format('GRANT SELECT ON streams.status TO %s', r.grantee);
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION streams._worker_status() TO %s', r.grantee);
+    END LOOP;
+END
+$migrate$;

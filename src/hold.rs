@@ -1,0 +1,87 @@
+//! `litebase_streams.hold_timeout`: the bound on how long one publishing
+//! transaction may hold the horizon back.
+//!
+//! A session can lift its own `idle_in_transaction_session_timeout`, so that
+//! setting cannot protect the other sessions of a database. This one is
+//! superuser-only and enforced by the worker, which sees every holder: when
+//! the transaction holding the horizon has been open (since its first
+//! publish) for longer than the timeout, the worker terminates its session,
+//! as `pg_terminate_backend` would, and logs why. The transaction aborts, its
+//! events never existed, and the horizon moves on.
+//!
+//! The worker reads the database's own value (`ALTER DATABASE ... SET`) from
+//! `pg_db_role_setting` at most once a second while a holder exists, so a
+//! change takes effect without restarting the worker.
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+use pgrx::prelude::*;
+
+use crate::{gucs, horizon, shmem};
+
+thread_local! {
+    static LAST_REFRESH: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Terminate the holder of the horizon if it is older than the timeout.
+/// Called by the worker inside a round's transaction.
+pub fn enforce(max_allocated: u64, held: &[(usize, u64)]) {
+    let Some((procno, _)) = horizon::holder(max_allocated, held.iter().copied()) else { return };
+    refresh_database_setting();
+    let Some(timeout) = gucs::hold_timeout() else { return };
+    let since = shmem::held_since(procno);
+    let age = Duration::from_micros(unsafe { pg_sys::GetCurrentTimestamp() }.saturating_sub(since).max(0) as u64);
+    if age <= timeout {
+        return;
+    }
+    let pid = shmem::pid_of(procno);
+    if pid == 0 {
+        return;
+    }
+    ereport!(
+        PgLogLevel::LOG,
+        PgSqlErrorCode::ERRCODE_ADMIN_SHUTDOWN,
+        format!(
+            "litebase_streams: terminating process {pid}: its publishing transaction held the horizon for {} ms",
+            age.as_millis()
+        ),
+        format!("litebase_streams.hold_timeout is {} ms.", timeout.as_millis())
+    );
+    let _ = Spi::get_one_with_args::<bool>("SELECT pg_catalog.pg_terminate_backend($1)", &[pid.into()]);
+}
+
+/// Apply this database's `litebase_streams.hold_timeout` from
+/// `ALTER DATABASE ... SET`, at most once a second.
+fn refresh_database_setting() {
+    let now = Instant::now();
+    if LAST_REFRESH.with(|l| l.get()).is_some_and(|last| now.duration_since(last) < Duration::from_secs(1)) {
+        return;
+    }
+    LAST_REFRESH.with(|l| l.set(Some(now)));
+    let value = Spi::get_one::<String>(
+        "SELECT pg_catalog.split_part(s.setting, '=', 2)
+         FROM pg_catalog.pg_db_role_setting d, pg_catalog.unnest(d.setconfig) AS s(setting)
+         WHERE d.setdatabase = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())
+           AND d.setrole = 0 AND s.setting LIKE 'litebase\\_streams.hold\\_timeout=%'",
+    );
+    let value = match value {
+        Ok(Some(v)) => v,
+        _ => return,
+    };
+    let Ok(value) = std::ffi::CString::new(value) else { return };
+    // SAFETY: sets this worker's own copy of the setting, as ALTER DATABASE
+    // would at connect; an invalid value only logs a warning.
+    unsafe {
+        pg_sys::set_config_option(
+            c"litebase_streams.hold_timeout".as_ptr(),
+            value.as_ptr(),
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_DATABASE,
+            pg_sys::GucAction::GUC_ACTION_SET,
+            true,
+            pg_sys::WARNING as i32,
+            false,
+        );
+    }
+}

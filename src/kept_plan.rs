@@ -1,0 +1,103 @@
+//! Statements that backends plan once and keep: the publish INSERTs and the
+//! publish privilege check.
+//!
+//! A kept plan remembers the `search_path` it was prepared under and uses it
+//! for every later re-plan, so it is prepared under `pg_catalog, pg_temp`
+//! whatever the caller's setting: a role that puts its own schema first
+//! cannot make the extension's statements resolve to its functions or
+//! operators (the statements also qualify every name).
+
+use std::cell::Cell;
+use std::ffi::CStr;
+use std::thread::LocalKey;
+
+use pgrx::prelude::*;
+
+use crate::error::StreamsError;
+
+/// A statement planned once per backend and kept; the plan cache re-plans it
+/// when the tables change (even a dropped and recreated extension).
+pub struct KeptPlan<const N: usize> {
+    pub sql: &'static CStr,
+    pub types: [pg_sys::Oid; N],
+    pub plan: LocalKey<Cell<pg_sys::SPIPlanPtr>>,
+}
+
+impl<const N: usize> KeptPlan<N> {
+    /// Execute with `values` (no nulls); raise unless SPI answers `expected`.
+    ///
+    /// # Safety
+    /// Call between `spi::connect` and `spi::finish`.
+    pub unsafe fn execute(&'static self, values: &mut [pg_sys::Datum; N], expected: u32) {
+        let mut plan = self.plan.with(|p| p.get());
+        if plan.is_null() {
+            let mut types = self.types;
+            plan = with_pinned_search_path(|| pg_sys::SPI_prepare(self.sql.as_ptr(), N as i32, types.as_mut_ptr()));
+            if plan.is_null() || pg_sys::SPI_keepplan(plan) != 0 {
+                StreamsError::Internal(format!("cannot prepare {:?}", self.sql)).raise();
+            }
+            self.plan.with(|p| p.set(plan));
+        }
+        let status = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), std::ptr::null(), false, 0);
+        if status != expected as i32 {
+            StreamsError::Internal(format!("{:?} failed (SPI status {status})", self.sql)).raise();
+        }
+    }
+}
+
+/// Run `body` with `search_path = pg_catalog, pg_temp`, restoring the
+/// caller's setting afterwards (when `body` raises, the transaction or
+/// subtransaction abort unwinds the GUC nest level instead).
+pub fn with_pinned_search_path<R>(body: impl FnOnce() -> R) -> R {
+    // SAFETY: the calls fmgr_security_definer makes for a function's SET
+    // clause; an ERROR in between is cleaned up by AtEOXact_GUC at abort.
+    unsafe {
+        let nest = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"search_path".as_ptr(),
+            c"pg_catalog, pg_temp".as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        let result = body();
+        pg_sys::AtEOXact_GUC(true, nest);
+        result
+    }
+}
+
+/// Thin, raising wrappers around SPI's connect and finish.
+pub mod spi {
+    use super::*;
+
+    /// # Safety
+    /// Pair with [`finish`] in the same function call.
+    pub unsafe fn connect() {
+        if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
+            StreamsError::Internal("SPI_connect failed".into()).raise();
+        }
+    }
+
+    /// # Safety
+    /// After [`connect`].
+    pub unsafe fn finish() {
+        pg_sys::SPI_finish();
+    }
+
+    /// The first column of the first row of the last result, as a bool.
+    ///
+    /// # Safety
+    /// After a successful SELECT through SPI, before [`finish`].
+    pub unsafe fn first_bool() -> Option<bool> {
+        let table = pg_sys::SPI_tuptable;
+        if table.is_null() || pg_sys::SPI_processed == 0 {
+            return None;
+        }
+        let mut is_null = false;
+        let datum = pg_sys::SPI_getbinval(*(*table).vals, (*table).tupdesc, 1, &mut is_null);
+        (!is_null).then(|| datum.value() != 0)
+    }
+}

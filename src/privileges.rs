@@ -1,0 +1,148 @@
+//! Per-stream privileges, as the Rust side sees them: who may publish to a
+//! stream, and running the extension's own statements as the extension's
+//! owner with a pinned `search_path`.
+//!
+//! The grants live in `streams.stream_grants` (sql/privileges.sql). Reading
+//! is enforced by the `streams.events` view itself; publishing is checked
+//! here, as the caller, before the event is written as the owner. `publish`
+//! is therefore *not* SECURITY DEFINER: the caller's identity is what the
+//! check needs, and the owner's is used only for the INSERT.
+//!
+//! A publisher that is not a superuser asks the database once per (role,
+//! stream) and keeps the answer in a small backend-local cache. The cache is
+//! dropped when any transaction that changed grants commits (a cluster-wide
+//! generation counter bumped in the commit callback) and when role
+//! memberships change (a syscache callback), so a revoke takes effect for the
+//! next publish of every session.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+use pgrx::prelude::*;
+use pgrx::IntoDatum;
+
+use crate::kept_plan::{spi, KeptPlan};
+
+use crate::error::StreamsError;
+use crate::shmem;
+
+/// Cached answers hold at most this many (role, stream) pairs.
+const CACHE_CAPACITY: usize = 1024;
+
+thread_local! {
+    static CACHE: RefCell<HashMap<(u32, String), bool>> = RefCell::new(HashMap::new());
+    static CACHE_GENERATION: Cell<u64> = const { Cell::new(0) };
+    static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
+    static CHANGED_IN_THIS_XACT: Cell<bool> = const { Cell::new(false) };
+    static MAY_PUBLISH_PLAN: Cell<pg_sys::SPIPlanPtr> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// Raise 42501 unless the current user may publish to `stream`.
+pub fn check_publish(stream: &str) {
+    if unsafe { pg_sys::superuser() } {
+        return;
+    }
+    let user = unsafe { pg_sys::GetUserId() }.to_u32();
+    refresh_cache();
+    let key = (user, stream.to_owned());
+    if let Some(allowed) = CACHE.with(|c| c.borrow().get(&key).copied()) {
+        return deny_unless(allowed, stream);
+    }
+    let allowed = ask_may_publish(stream);
+    CACHE.with(|c| {
+        let mut cache = c.borrow_mut();
+        if cache.len() >= CACHE_CAPACITY {
+            cache.clear();
+        }
+        cache.insert(key, allowed);
+    });
+    deny_unless(allowed, stream)
+}
+
+fn deny_unless(allowed: bool, stream: &str) {
+    if !allowed {
+        StreamsError::PermissionDenied { privilege: "publish", stream: stream.to_owned() }.raise();
+    }
+}
+
+fn refresh_cache() {
+    if !CALLBACK_REGISTERED.with(|r| r.replace(true)) {
+        // SAFETY: registers a plain function for the rest of this backend's
+        // life; the callback only clears a thread-local map.
+        unsafe {
+            pg_sys::CacheRegisterSyscacheCallback(
+                pg_sys::SysCacheIdentifier::AUTHMEMMEMROLE as i32,
+                Some(forget_cached_answers),
+                pg_sys::Datum::from(0),
+            );
+        }
+    }
+    let generation = shmem::acl_generation();
+    if CACHE_GENERATION.with(|g| g.replace(generation)) != generation {
+        CACHE.with(|c| c.borrow_mut().clear());
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn forget_cached_answers(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {
+    CACHE.with(|c| c.borrow_mut().clear());
+}
+
+/// `streams._may_publish(stream)` as the current user, through a kept plan.
+fn ask_may_publish(stream: &str) -> bool {
+    let stream = stream.into_datum().expect("text datum");
+    // SAFETY: a kept plan of this backend, run inside SPI_connect/finish.
+    unsafe {
+        spi::connect();
+        MAY_PUBLISH.execute(&mut [stream], pg_sys::SPI_OK_SELECT);
+        let allowed = spi::first_bool().unwrap_or(false);
+        spi::finish();
+        allowed
+    }
+}
+
+static MAY_PUBLISH: KeptPlan<1> = KeptPlan {
+    sql: c"SELECT streams._may_publish($1)",
+    types: [pg_sys::TEXTOID],
+    plan: MAY_PUBLISH_PLAN,
+};
+
+/// Run `body` as `owner` (the extension's owner), the way a SECURITY DEFINER
+/// function would. A (sub)transaction abort restores the caller's identity
+/// if `body` raises.
+pub fn as_owner<R>(owner: pg_sys::Oid, body: impl FnOnce() -> R) -> R {
+    let (mut saved_user, mut saved_context) = (pg_sys::InvalidOid, 0);
+    // SAFETY: plain reads and writes of the backend's current user id; the
+    // SECURITY_LOCAL_USERID_CHANGE flag is what fmgr_security_definer sets.
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut saved_user, &mut saved_context);
+        pg_sys::SetUserIdAndSecContext(owner, saved_context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32);
+    }
+    let result = body();
+    // SAFETY: as above.
+    unsafe { pg_sys::SetUserIdAndSecContext(saved_user, saved_context) };
+    result
+}
+
+/// `streams._acl_changed()`: called by `streams.grant`, `revoke` and
+/// `set_private`; when the transaction commits, every backend drops its
+/// cached publish answers.
+#[pg_extern(volatile)]
+fn _acl_changed() {
+    CHANGED_IN_THIS_XACT.with(|c| c.set(true));
+}
+
+/// From the transaction callback. Atomics only.
+pub fn at_commit(committed: bool) {
+    if CHANGED_IN_THIS_XACT.with(|c| c.replace(false)) && committed {
+        shmem::bump_acl_generation();
+    }
+}
+
+/// `streams._stream_matches(stream, patterns)`: whether `stream` is selected
+/// by any of `patterns` (exact names, `prefix.*`, `*`). Used by the
+/// `streams.events` view and `streams._may_publish`.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn _stream_matches(stream: &str, patterns: pgrx::Array<&str>) -> bool {
+    patterns.iter().flatten().any(|pattern| crate::notify::pattern_matches(pattern, stream))
+}
