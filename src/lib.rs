@@ -51,6 +51,10 @@ pub extern "C-unwind" fn _PG_init() {
         return; // CREATE EXTENSION reports what is missing (require_preload)
     }
     PRELOADED.store(true, Ordering::Relaxed);
+    // No Rust backtrace ever reaches a user's error DETAIL, whatever
+    // RUST_BACKTRACE the server was started with (set before any backend or
+    // worker is forked, while the postmaster is single-threaded).
+    std::env::set_var("RUST_LIB_BACKTRACE", "0");
     unsafe {
         shmem::init();
         publish::init();

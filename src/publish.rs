@@ -141,7 +141,8 @@ static INSERT_EVENT: KeptPlan<4> = KeptPlan {
 
 static INSERT_BATCH: KeptPlan<4> = KeptPlan {
     sql: c"INSERT INTO streams.event_log (position, stream, tx, data)
-           SELECT u.position, $2, $3, u.data FROM pg_catalog.unnest($1, $4) AS u(position, data)",
+           SELECT u.position, $2, $3, u.data
+           FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($4)) AS u(position, data)",
     types: [pg_sys::INT8ARRAYOID, pg_sys::TEXTOID, pg_sys::XID8OID, pg_sys::JSONBARRAYOID],
     plan: INSERT_BATCH_PLAN,
 };

@@ -127,12 +127,51 @@ pub fn horizon(client: &mut Client) -> i64 {
     client.query_one("SELECT streams.horizon()", &[]).unwrap().get(0)
 }
 
+/// Poll `condition` every 10 ms until it holds; fail the test naming `what`
+/// after `timeout`. The one way tests wait for something to happen (never a
+/// fixed sleep before a negative assertion).
+pub fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Wait until the horizon reaches `position` (the worker runs after commit).
 pub fn wait_for_horizon(client: &mut Client, position: i64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while horizon(client) < position {
-        assert!(Instant::now() < deadline, "horizon did not reach {position}");
-        std::thread::sleep(Duration::from_millis(10));
+    wait_until(&format!("the horizon reaches {position}"), Duration::from_secs(20), || horizon(client) >= position);
+}
+
+/// A role created for one test and dropped (with everything it owns or was
+/// granted in `db`) at the end.
+pub struct TestRole {
+    pub name: String,
+    db: String,
+}
+
+impl TestRole {
+    pub fn new(db: &TestDb, suffix: &str, attributes: &str) -> TestRole {
+        let name = format!("{}_{suffix}", db.name);
+        let login = if attributes.contains("NOLOGIN") { "" } else { "LOGIN" };
+        admin().batch_execute(&format!("CREATE ROLE {name} {login} {attributes}")).expect("CREATE ROLE");
+        TestRole { name, db: db.name.clone() }
+    }
+}
+
+impl Drop for TestRole {
+    fn drop(&mut self) {
+        let mut config = base_config();
+        config.dbname(&self.db);
+        if let Ok(mut c) = config.connect(NoTls) {
+            let _ = c.batch_execute(&format!("DROP OWNED BY {}", self.name));
+        }
+        if let Ok(mut admin) = base_config().connect(NoTls) {
+            let _ = admin.batch_execute(&format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{0}'; DROP ROLE IF EXISTS {0}",
+                self.name
+            ));
+        }
     }
 }
 

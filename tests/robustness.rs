@@ -1,0 +1,121 @@
+//! The worker keeps events visible and correct whatever the database's and
+//! roles' settings, and the extension refuses what it cannot serve.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+
+/// With hostile `ALTER DATABASE ... SET`s (repeatable read, read-only,
+/// tiny statement timeout, replica role, a search_path without pg_catalog
+/// first) and a worker restarted under them, concurrent publishers' events
+/// all become visible with their commit time and are notified once, in order.
+#[test]
+fn worker_pins_its_session_settings() {
+    let db = TestDb::new();
+    let mut owner = db.connect();
+    owner
+        .batch_execute(&format!(
+            "ALTER DATABASE {0} SET default_transaction_isolation = 'repeatable read';
+             ALTER DATABASE {0} SET default_transaction_read_only = on;
+             ALTER DATABASE {0} SET statement_timeout = '1ms';
+             ALTER DATABASE {0} SET lock_timeout = '1ms';
+             ALTER DATABASE {0} SET session_replication_role = 'replica';
+             ALTER DATABASE {0} SET search_path = public;
+             ALTER DATABASE {0} SET synchronous_commit = 'remote_apply';",
+            db.name
+        ))
+        .unwrap();
+    let old = db.wait_for_worker();
+    admin().execute("SELECT pg_terminate_backend($1)", &[&old]).unwrap();
+    wait_until("a new worker starts under the hostile settings", Duration::from_secs(20), || db.wait_for_worker() != old);
+
+    let mut listener = Listener::new(&db, &["orders"]);
+    let publishers: Vec<_> = (0..8)
+        .map(|i| {
+            let config = db.config();
+            std::thread::spawn(move || {
+                let mut c = config.connect(postgres::NoTls).unwrap();
+                c.batch_execute(
+                    "SET default_transaction_read_only = off; SET statement_timeout = 0; SET lock_timeout = 0;
+                     SET default_transaction_isolation = 'read committed'; SET synchronous_commit = on",
+                )
+                .unwrap();
+                (0..50).map(|n| publish(&mut c, "orders", &format!(r#"{{"p":{i},"n":{n}}}"#))).collect::<Vec<i64>>()
+            })
+        })
+        .collect();
+    let committed: BTreeSet<i64> = publishers.into_iter().flat_map(|t| t.join().unwrap()).collect();
+
+    let received = listener.positions(committed.len(), Duration::from_secs(20));
+    assert_eq!(received.len(), committed.len(), "every event was notified");
+    assert!(received.windows(2).all(|w| w[0] < w[1]), "in order, once each");
+    assert_eq!(received.iter().copied().collect::<BTreeSet<i64>>(), committed);
+
+    let mut reader = db.connect();
+    reader.batch_execute("SET statement_timeout = 0; SET default_transaction_read_only = off").unwrap();
+    let untimed: i64 = reader.query_one("SELECT count(*) FROM streams.events WHERE time IS NULL", &[]).unwrap().get(0);
+    let visible: i64 = reader.query_one("SELECT count(*) FROM streams.events", &[]).unwrap().get(0);
+    assert_eq!((visible, untimed), (committed.len() as i64, 0), "all visible, each with its commit time");
+    reader.batch_execute(&format!("ALTER DATABASE {} RESET ALL", db.name)).unwrap();
+}
+
+/// Notifications and events are JSON text in UTF-8: a database with another
+/// encoding is refused at CREATE EXTENSION, with a hint, instead of storing
+/// events the worker could never deliver.
+#[test]
+fn create_extension_refuses_a_non_utf8_database() {
+    let name = format!("lbs_latin1_{}", std::process::id());
+    let mut admin = admin();
+    admin
+        .batch_execute(&format!(
+            "CREATE DATABASE {name} ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+        ))
+        .unwrap();
+    let mut config = base_config();
+    config.dbname(&name);
+    let result = config.connect(postgres::NoTls).unwrap().batch_execute("CREATE EXTENSION litebase_streams");
+    admin.batch_execute(&format!("DROP DATABASE {name}")).unwrap();
+    let err = result.expect_err("CREATE EXTENSION must fail in a LATIN1 database");
+    assert_eq!(sqlstate(&err), "0A000");
+    let hint = err.as_db_error().and_then(|e| e.hint()).unwrap_or_default().to_owned();
+    assert!(hint.contains("UTF8"), "{hint}");
+}
+
+/// `streams.status` takes no transaction id and writes nothing, so it works
+/// in a read-only transaction (and on a standby).
+#[test]
+fn status_works_read_only_without_a_transaction_id() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    publish(&mut c, "orders", "{}");
+    c.batch_execute("BEGIN READ ONLY").unwrap();
+    c.query_one("SELECT * FROM streams.status", &[]).unwrap();
+    let xid: Option<String> = c.query_one("SELECT pg_current_xact_id_if_assigned()::text", &[]).unwrap().get(0);
+    assert_eq!(xid, None, "status assigned a transaction id");
+    c.batch_execute("COMMIT").unwrap();
+}
+
+/// DROP and CREATE EXTENSION start a new log whose positions restart: its
+/// log_id (readable by readers, shown in status) changes, so a client can
+/// tell its saved position belongs to another log.
+#[test]
+fn a_recreated_log_has_a_new_log_id() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    let first: uuid_text::Uuid = uuid_text::get(&mut c, "SELECT streams.log_id()::text");
+    let in_status: uuid_text::Uuid = uuid_text::get(&mut c, "SELECT log_id::text FROM streams.status");
+    assert_eq!(first, in_status);
+    c.batch_execute("DROP EXTENSION litebase_streams; CREATE EXTENSION litebase_streams").unwrap();
+    let second = uuid_text::get(&mut c, "SELECT streams.log_id()::text");
+    assert_ne!(first, second);
+}
+
+mod uuid_text {
+    pub type Uuid = String;
+    pub fn get(c: &mut postgres::Client, sql: &str) -> Uuid {
+        c.query_one(sql, &[]).unwrap().get(0)
+    }
+}

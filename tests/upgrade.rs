@@ -1,0 +1,612 @@
+//! Updating the extension in place: `ALTER EXTENSION litebase_streams UPDATE`
+//! from 0.1.0 through every later version keeps every event (position,
+//! stream, time, tx, data), keeps the horizon held by a transaction left open
+//! across the update, keeps the sequence, delivery and the roles that used
+//! 0.1.0's plain SQL grants, and leaves a schema identical to a fresh install
+//! that dumps and restores like one. The one shared library also keeps
+//! serving a database that was not updated.
+//!
+//! The update chain is walked generically: every version newer than the
+//! installed one that `pg_available_extension_versions` lists, in semver
+//! order, ending at the control file's `default_version`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::Client;
+use serde_json::Value;
+
+/// One row of `streams.events` as text: position, stream, time, tx, data.
+type EventRow = (i64, String, Option<String>, String, String);
+
+const SNAPSHOT: &str = "SELECT position, stream, time::text, tx::text, data::text FROM streams.events ORDER BY position";
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn events(client: &mut Client) -> Vec<EventRow> {
+    client
+        .query(SNAPSHOT, &[])
+        .expect("SELECT from streams.events")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect()
+}
+
+fn extversion(client: &mut Client) -> String {
+    client
+        .query_one("SELECT extversion FROM pg_extension WHERE extname = 'litebase_streams'", &[])
+        .expect("the extension is installed")
+        .get(0)
+}
+
+/// The version a plain CREATE EXTENSION installs (the control file's).
+fn default_version() -> String {
+    admin()
+        .query_one("SELECT default_version FROM pg_available_extensions WHERE name = 'litebase_streams'", &[])
+        .expect("litebase_streams is available")
+        .get(0)
+}
+
+/// CREATE EXTENSION at the frozen first version, and wait for its worker.
+fn install_0_1_0(db: &TestDb) {
+    db.connect()
+        .batch_execute("CREATE EXTENSION litebase_streams VERSION '0.1.0'")
+        .expect("CREATE EXTENSION litebase_streams VERSION '0.1.0'");
+    db.wait_for_worker();
+    assert_eq!(extversion(&mut db.connect()), "0.1.0");
+}
+
+/// A version as (major, minor, patch, is a release, pre-release tag): a
+/// pre-release sorts before its release, as semver says.
+fn semver(version: &str) -> (u64, u64, u64, bool, String) {
+    let (core, pre) = match version.split_once('-') {
+        Some((core, pre)) => (core, pre.to_owned()),
+        None => (version, String::new()),
+    };
+    let core = core.split_once('+').map_or(core, |(c, _)| c);
+    let mut parts = core.split('.').map(|p| {
+        p.parse::<u64>().unwrap_or_else(|_| panic!("extension version {version:?} is not semver"))
+    });
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    let patch = parts.next().unwrap_or(0);
+    (major, minor, patch, pre.is_empty(), pre)
+}
+
+/// `ALTER EXTENSION ... UPDATE TO` every available version newer than the
+/// installed one, in semver order; returns the versions stepped through. Ends
+/// at the default version (what a fresh CREATE EXTENSION installs).
+fn update_chain(client: &mut Client) -> Vec<String> {
+    let installed = extversion(client);
+    let mut newer: Vec<String> = client
+        .query("SELECT version FROM pg_available_extension_versions WHERE name = 'litebase_streams'", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .filter(|v| semver(v) > semver(&installed))
+        .collect();
+    newer.sort_by_key(|v| semver(v));
+    assert!(!newer.is_empty(), "a version newer than {installed} is available");
+    // An update that waits for a lock fails the test instead of hanging it.
+    client.batch_execute("SET lock_timeout = '30s'").unwrap();
+    for version in &newer {
+        client
+            .batch_execute(&format!("ALTER EXTENSION litebase_streams UPDATE TO '{version}'"))
+            .unwrap_or_else(|e| panic!("ALTER EXTENSION litebase_streams UPDATE TO '{version}' failed: {e:?}"));
+        assert_eq!(&extversion(client), version, "UPDATE TO '{version}' installed that version");
+    }
+    client.batch_execute("RESET lock_timeout").unwrap();
+    assert_eq!(extversion(client), default_version(), "the update chain ends at the default version");
+    newer
+}
+
+/// A received notification: its position, its sender's pid, its payload.
+struct Received {
+    position: i64,
+    pid: i32,
+    payload: Value,
+}
+
+/// The next notification with its sender's process id (common's Listener
+/// returns channel and payload only), or None after `timeout` in silence.
+fn next_received(listener: &mut Listener, timeout: Duration) -> Option<Received> {
+    let mut notifications = listener.client.notifications();
+    let mut it = notifications.timeout_iter(timeout);
+    it.next().expect("reading notifications").map(|n| {
+        let payload: Value = serde_json::from_str(n.payload())
+            .unwrap_or_else(|e| panic!("payload is not JSON ({e}): {}", n.payload()));
+        let position = payload["position"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("payload has no integer position: {}", n.payload()));
+        Received { position, pid: n.process_id(), payload }
+    })
+}
+
+fn status_row(client: &mut Client) -> (i64, Option<String>, Option<i64>) {
+    let row = client
+        .query_one("SELECT newest_position, worker_state, holder_position FROM streams.status", &[])
+        .expect("SELECT FROM streams.status");
+    (row.get(0), row.get(1), row.get(2))
+}
+
+/// Run a client program of the server's installation (pg_dump, pg_restore)
+/// against the test cluster as `postgres`; panics with its stderr on failure.
+fn run_pg_tool(tool: &str, args: &[&str]) {
+    let bindir = std::env::var("LITEBASE_STREAMS_PG_BINDIR").expect("LITEBASE_STREAMS_PG_BINDIR is set");
+    let host = std::env::var("LITEBASE_STREAMS_PGHOST").expect("LITEBASE_STREAMS_PGHOST is set");
+    let port = std::env::var("LITEBASE_STREAMS_PGPORT").expect("LITEBASE_STREAMS_PGPORT is set");
+    let output = Command::new(format!("{bindir}/{tool}"))
+        .args(["-h", &host, "-p", &port, "-U", "postgres", "--no-password"])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{tool} runs: {e}"));
+    assert!(
+        output.status.success(),
+        "{tool} {args:?} failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A file in the scratch directory, removed at the end.
+struct ScratchFile(PathBuf);
+
+impl ScratchFile {
+    fn new(name: &str) -> ScratchFile {
+        let dir = std::env::var("LITEBASE_STREAMS_SCRATCH_DIR").expect("LITEBASE_STREAMS_SCRATCH_DIR is set");
+        let path = PathBuf::from(dir).join(name);
+        let _ = std::fs::remove_file(&path);
+        ScratchFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 scratch path")
+    }
+}
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn update_keeps_every_event_and_the_roles_that_used_them() {
+    let db = TestDb::without_extension();
+    install_0_1_0(&db);
+    let reader = TestRole::new(&db, "reader", "");
+    let publisher = TestRole::new(&db, "publisher", "");
+    let ops = TestRole::new(&db, "ops", "");
+    let mut admin_c = db.connect();
+    // Privileges the way 0.1.0's comments say to grant them.
+    admin_c
+        .batch_execute(&format!(
+            "GRANT USAGE ON SCHEMA streams TO {reader}, {publisher}, {ops};
+             GRANT SELECT ON streams.events TO {reader};
+             GRANT EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint) TO {reader};
+             GRANT EXECUTE ON FUNCTION streams.publish(text, jsonb), streams.publish_batch(text, jsonb[]) TO {publisher};
+             GRANT SELECT ON streams.status TO {ops};
+             GRANT EXECUTE ON FUNCTION streams._worker_status() TO {ops};",
+            reader = reader.name,
+            publisher = publisher.name,
+            ops = ops.name
+        ))
+        .expect("0.1.0-style grants");
+
+    // Events at 0.1.0, from the superuser and from the granted publisher.
+    let mut before = vec![
+        publish(&mut admin_c, "orders", PAYMENT),
+        publish(&mut admin_c, "audit", r#"{"who":"admin"}"#),
+    ];
+    let mut pub_c = db.connect_as(&publisher.name);
+    before.push(publish(&mut pub_c, "orders", r#"{"n":1}"#));
+    let batch: Vec<i64> = pub_c
+        .query(r#"SELECT * FROM streams.publish_batch('orders', ARRAY['{"n":2}','{"n":3}']::jsonb[])"#, &[])
+        .expect("publish_batch as the 0.1.0 publisher")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(batch.len(), 2);
+    before.extend(batch);
+    drop(pub_c);
+    let newest_before = *before.iter().max().unwrap();
+    wait_for_horizon(&mut admin_c, newest_before);
+    let snapshot = events(&mut admin_c);
+    assert_eq!(
+        snapshot.iter().map(|e| e.0).collect::<Vec<_>>(),
+        before,
+        "every event published at 0.1.0 is in streams.events before the update"
+    );
+    assert!(snapshot.iter().all(|e| e.2.is_some()), "every event has a time: {snapshot:?}");
+
+    let mut listener = Listener::new(&db, &["orders"]);
+    // A publishing transaction left open across the update holds the horizon.
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN").unwrap();
+    let held = publish(&mut holder, "orders", r#"{"held":true}"#);
+    assert!(held > newest_before);
+
+    update_chain(&mut admin_c);
+
+    assert_eq!(events(&mut admin_c), snapshot, "the update keeps every event: position, stream, time, tx and data");
+
+    // After the update, another session publishes and commits.
+    let mut other = db.connect();
+    let later = publish(&mut other, "orders", r#"{"later":true}"#);
+    assert!(later > held, "the sequence continues across the update: {later} after {held}");
+    let holder_pid: i32 = holder.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    wait_until("streams.status shows the later event allocated", WAIT, || status_row(&mut admin_c).0 >= later);
+    wait_until("streams.status names the open transaction as the holder", WAIT, || {
+        let row = admin_c
+            .query_one("SELECT holder_pid, holder_position FROM streams.status", &[])
+            .unwrap();
+        row.get::<_, Option<i32>>(0) == Some(holder_pid) && row.get::<_, Option<i64>>(1) == Some(held)
+    });
+    wait_until("the worker is idle", WAIT, || status_row(&mut admin_c).1.as_deref() == Some("idle"));
+    let h = horizon(&mut admin_c);
+    assert!(h < held, "the transaction open across the update still holds the horizon: {h} >= {held}");
+    assert_eq!(
+        events(&mut admin_c),
+        snapshot,
+        "neither the held event {held} nor the later one {later} is visible while the transaction is open"
+    );
+
+    holder.batch_execute("COMMIT").unwrap();
+    wait_for_horizon(&mut admin_c, later);
+    let after = events(&mut admin_c);
+    assert_eq!(&after[..snapshot.len()], &snapshot[..], "older events unchanged");
+    assert_eq!(
+        after[snapshot.len()..].iter().map(|e| e.0).collect::<Vec<_>>(),
+        vec![held, later],
+        "once the held transaction commits, both events are visible"
+    );
+    assert!(after.iter().all(|e| e.2.is_some()), "every event has a time: {after:?}");
+
+    let worker_pid: Option<i32> = admin_c.query_one("SELECT streams.worker_pid()", &[]).unwrap().get(0);
+    let worker_pid = worker_pid.expect("streams.worker_pid() names the running worker");
+    let mut received = Vec::new();
+    while received.len() < 2 {
+        match next_received(&mut listener, WAIT) {
+            Some(n) => received.push(n),
+            None => break,
+        }
+    }
+    assert_eq!(
+        received.iter().map(|n| n.position).collect::<Vec<_>>(),
+        vec![held, later],
+        "the listener receives the held event, then the later one"
+    );
+    for n in &received {
+        assert_eq!(n.pid, worker_pid, "notification {} was sent by streams.worker_pid()", n.payload);
+        assert_eq!(n.payload["stream"], "orders");
+    }
+    assert_eq!(received[0].payload["data"], serde_json::json!({"held": true}));
+    assert_eq!(received[1].payload["data"], serde_json::json!({"later": true}));
+
+    // The roles of 0.1.0 now hold grants on every stream.
+    let grants: Vec<(String, String, String)> = admin_c
+        .query(
+            "SELECT grantee::text, privilege, stream FROM streams.stream_grants ORDER BY 1, 2, 3",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let mut expected_grants = vec![
+        (reader.name.clone(), "read".to_owned(), "*".to_owned()),
+        (publisher.name.clone(), "publish".to_owned(), "*".to_owned()),
+    ];
+    expected_grants.sort();
+    assert_eq!(grants, expected_grants, "0.1.0's reader and publisher became holders of '*' grants");
+
+    // The publisher still publishes; its event arrives next, after exactly
+    // one notification each for the held and the later event.
+    let mut pub_c = db.connect_as(&publisher.name);
+    let published = publish(&mut pub_c, "orders", r#"{"n":4}"#);
+    let batch: Vec<i64> = pub_c
+        .query(r#"SELECT * FROM streams.publish_batch('orders', ARRAY['{"n":5}']::jsonb[])"#, &[])
+        .expect("publish_batch as the 0.1.0 publisher after the update")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(batch.len(), 1);
+    let published_after = vec![published, batch[0]];
+    assert!(published > later);
+    drop(pub_c);
+    let next: Vec<(i64, i32)> = (0..2)
+        .map_while(|_| next_received(&mut listener, WAIT))
+        .map(|n| (n.position, n.pid))
+        .collect();
+    assert_eq!(
+        next,
+        published_after.iter().map(|&p| (p, worker_pid)).collect::<Vec<_>>(),
+        "after the held and the later event, the next notifications are the publisher's (no duplicates)"
+    );
+    wait_for_horizon(&mut admin_c, batch[0]);
+
+    // The reader reads.
+    let mut read_c = db.connect_as(&reader.name);
+    let all = events(&mut read_c);
+    assert_eq!(all, events(&mut admin_c), "the 0.1.0 reader sees every event in streams.events");
+    let replayed: Vec<i64> = read_c
+        .query("SELECT position FROM streams.replay(stream => 'orders', after => 0)", &[])
+        .expect("the 0.1.0 reader calls streams.replay")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let orders: Vec<i64> = all.iter().filter(|e| e.1 == "orders").map(|e| e.0).collect();
+    assert_eq!(replayed, orders, "replay as the reader");
+    let got: Option<String> = read_c
+        .query_one("SELECT data::text FROM streams.get($1)", &[&held])
+        .expect("the 0.1.0 reader calls streams.get")
+        .get(0);
+    assert_eq!(got.as_deref(), Some(r#"{"held": true}"#));
+    let reader_horizon: i64 = read_c
+        .query_one("SELECT streams.horizon()", &[])
+        .expect("the 0.1.0 reader calls streams.horizon")
+        .get(0);
+    assert!(reader_horizon >= batch[0]);
+    let err = read_c
+        .batch_execute("SELECT streams.publish('orders', '{}')")
+        .expect_err("the reader did not become a publisher");
+    assert_eq!(sqlstate(&err), "42501", "{err}");
+    drop(read_c);
+
+    // The operator reads the status.
+    let mut ops_c = db.connect_as(&ops.name);
+    let row = ops_c
+        .query_one("SELECT * FROM streams.status", &[])
+        .expect("the 0.1.0 operator selects from streams.status");
+    let ops_worker: Option<i32> = row.get("worker_pid");
+    assert_eq!(ops_worker, Some(worker_pid), "streams.status as the operator names the worker");
+    drop(ops_c);
+
+    // Dump the updated database and restore it into a new one.
+    let final_events = events(&mut admin_c);
+    let expected: Vec<i64> = before.iter().copied().chain([held, later]).chain(published_after.iter().copied()).collect();
+    assert_eq!(final_events.iter().map(|e| e.0).collect::<Vec<_>>(), expected);
+    assert_eq!(&final_events[..snapshot.len() + 2], &after[..], "the snapshot and the two later events, unchanged");
+    let log_id: String = admin_c.query_one("SELECT streams.log_id()::text", &[]).unwrap().get(0);
+    let dump = ScratchFile::new(&format!("{}.dump", db.name));
+    run_pg_tool("pg_dump", &["-Fc", "-f", dump.path(), "-d", &db.name]);
+    let restored = TestDb::without_extension();
+    run_pg_tool("pg_restore", &["--exit-on-error", "-d", &restored.name, dump.path()]);
+    let mut r = restored.connect();
+    assert_eq!(extversion(&mut r), default_version(), "the restore installs the default version");
+    let restored_events = events(&mut r);
+    assert_eq!(
+        &restored_events[..snapshot.len() + 2],
+        &after[..],
+        "the restored database has the snapshot and the two later events (position, stream, time, tx, data)"
+    );
+    assert_eq!(restored_events, final_events, "the restored database has every event");
+    let restored_log_id: String = r.query_one("SELECT streams.log_id()::text", &[]).unwrap().get(0);
+    assert_ne!(restored_log_id, log_id, "a restored log has a new log_id");
+    restored.wait_for_worker();
+    let p = publish(&mut r, "orders", r#"{"restored":true}"#);
+    let top = final_events.last().unwrap().0;
+    assert!(p > top, "publish in the restored database returns {p}, above every restored position ({top})");
+    wait_for_horizon(&mut r, p);
+    let restored_after = events(&mut r);
+    assert_eq!(&restored_after[..final_events.len()], &final_events[..]);
+    assert_eq!(restored_after.last().map(|e| e.0), Some(p), "the new event is visible in the restored database");
+    drop(r);
+}
+
+/// Every object of the extension, described by name (never by oid) as sorted
+/// text lines: membership, function definitions and ACLs, relations with
+/// their kind, ACL, options and RLS flags, view definitions, columns,
+/// indexes, constraints, triggers, policies, sequences, operator families,
+/// comments, initial privileges, pg_extension_config_dump settings, the
+/// schema, and anything in the schema that is not a member.
+const DESCRIBE: &str = r#"
+WITH ext AS (
+    SELECT x.oid, x.extnamespace, x.extowner, x.extrelocatable, x.extconfig, x.extcondition
+    FROM pg_extension x WHERE x.extname = 'litebase_streams'
+), members AS (
+    SELECT d.classid, d.objid, d.objsubid
+    FROM pg_depend d, ext
+    WHERE d.refclassid = 'pg_extension'::regclass AND d.refobjid = ext.oid AND d.deptype = 'e'
+), funcs AS (
+    SELECT p.* FROM pg_proc p JOIN members m ON m.classid = 'pg_proc'::regclass AND m.objid = p.oid
+), rels AS (
+    SELECT c.* FROM pg_class c JOIN members m ON m.classid = 'pg_class'::regclass AND m.objid = c.oid
+), opfamilies AS (
+    SELECT m.objid AS oid FROM members m WHERE m.classid = 'pg_opfamily'::regclass
+    UNION
+    SELECT o.opcfamily FROM pg_opclass o JOIN members m ON m.classid = 'pg_opclass'::regclass AND m.objid = o.oid
+), lines(line) AS (
+    SELECT 'member ' || pg_describe_object(m.classid, m.objid, m.objsubid) FROM members m
+    UNION ALL
+    SELECT pg_catalog.format('function %s #%s: %s', p.oid::regprocedure, lpad(l.n::text, 4, '0'), l.line)
+    FROM funcs p, regexp_split_to_table(pg_get_functiondef(p.oid), E'\n') WITH ORDINALITY AS l(line, n)
+    WHERE p.prokind <> 'a'
+    UNION ALL
+    SELECT pg_catalog.format('function %s: owner=%s acl=%s', p.oid::regprocedure, p.proowner::regrole,
+        (SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(coalesce(p.proacl, acldefault('f', p.proowner))) a))
+    FROM funcs p
+    UNION ALL
+    SELECT pg_catalog.format('relation %s: kind=%s owner=%s persistence=%s rls=%s force_rls=%s options=%s acl=%s',
+        c.oid::regclass, c.relkind, c.relowner::regrole, c.relpersistence, c.relrowsecurity, c.relforcerowsecurity,
+        (SELECT string_agg(o, ',' ORDER BY o) FROM unnest(c.reloptions) o),
+        (SELECT string_agg(a::text, ',' ORDER BY a::text)
+         FROM unnest(coalesce(c.relacl, acldefault(CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END, c.relowner))) a))
+    FROM rels c
+    UNION ALL
+    SELECT pg_catalog.format('view %s #%s: %s', c.oid::regclass, lpad(l.n::text, 4, '0'), l.line)
+    FROM rels c, regexp_split_to_table(pg_get_viewdef(c.oid), E'\n') WITH ORDINALITY AS l(line, n)
+    WHERE c.relkind IN ('v', 'm')
+    UNION ALL
+    SELECT pg_catalog.format('column %s.%s #%s: type=%s notnull=%s default=%s collation=%s acl=%s',
+        a.attrelid::regclass, quote_ident(a.attname),
+        lpad((row_number() OVER (PARTITION BY a.attrelid ORDER BY a.attnum))::text, 3, '0'),
+        format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(ad.adbin, ad.adrelid),
+        (SELECT co.collname FROM pg_collation co WHERE co.oid = a.attcollation),
+        (SELECT string_agg(x::text, ',' ORDER BY x::text) FROM unnest(a.attacl) x))
+    FROM rels c
+    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+    LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+    UNION ALL
+    SELECT pg_catalog.format('index %s on %s: %s', i.indexrelid::regclass, i.indrelid::regclass, pg_get_indexdef(i.indexrelid))
+    FROM pg_index i JOIN rels c ON c.oid = i.indrelid
+    UNION ALL
+    SELECT pg_catalog.format('constraint %s on %s: %s', quote_ident(k.conname), k.conrelid::regclass, pg_get_constraintdef(k.oid))
+    FROM pg_constraint k JOIN rels c ON c.oid = k.conrelid
+    UNION ALL
+    SELECT pg_catalog.format('trigger %s on %s: %s enabled=%s', quote_ident(t.tgname), t.tgrelid::regclass,
+        pg_get_triggerdef(t.oid), t.tgenabled)
+    FROM pg_trigger t JOIN rels c ON c.oid = t.tgrelid
+    WHERE NOT t.tgisinternal
+    UNION ALL
+    SELECT pg_catalog.format('policy %s on %s.%s: permissive=%s roles=%s cmd=%s qual=%s with_check=%s',
+        quote_ident(p.policyname), p.schemaname, p.tablename, p.permissive,
+        (SELECT string_agg(r::text, ',' ORDER BY r::text) FROM unnest(p.roles) r), p.cmd, p.qual, p.with_check)
+    FROM pg_policies p JOIN rels c ON c.relnamespace::regnamespace::text = p.schemaname AND c.relname = p.tablename
+    UNION ALL
+    SELECT pg_catalog.format('sequence %s: type=%s start=%s increment=%s min=%s max=%s cache=%s cycle=%s',
+        s.seqrelid::regclass, s.seqtypid::regtype, s.seqstart, s.seqincrement, s.seqmin, s.seqmax, s.seqcache, s.seqcycle)
+    FROM pg_sequence s JOIN rels c ON c.oid = s.seqrelid
+    UNION ALL
+    SELECT pg_catalog.format('opfamily %s', pg_describe_object('pg_amop'::regclass, o.oid, 0))
+    FROM pg_amop o JOIN opfamilies f ON f.oid = o.amopfamily
+    UNION ALL
+    SELECT pg_catalog.format('opfamily %s', pg_describe_object('pg_amproc'::regclass, o.oid, 0))
+    FROM pg_amproc o JOIN opfamilies f ON f.oid = o.amprocfamily
+    UNION ALL
+    SELECT pg_catalog.format('comment %s: %s', pg_describe_object(d.classoid, d.objoid, d.objsubid), d.description)
+    FROM pg_description d JOIN members m ON m.classid = d.classoid AND m.objid = d.objoid
+    UNION ALL
+    SELECT pg_catalog.format('init_privs %s: type=%s privs=%s', pg_describe_object(i.classoid, i.objoid, i.objsubid), i.privtype,
+        (SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(i.initprivs) a))
+    FROM pg_init_privs i JOIN members m ON m.classid = i.classoid AND m.objid = i.objoid
+    UNION ALL
+    SELECT pg_catalog.format('config_dump %s: condition=%L', u.cfg::regclass, u.cond)
+    FROM ext, unnest(ext.extconfig, ext.extcondition) AS u(cfg, cond)
+    UNION ALL
+    SELECT pg_catalog.format('extension: schema=%s owner=%s relocatable=%s', ext.extnamespace::regnamespace,
+        ext.extowner::regrole, ext.extrelocatable)
+    FROM ext
+    UNION ALL
+    SELECT pg_catalog.format('schema %s: owner=%s acl=%s', n.nspname, n.nspowner::regrole,
+        (SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(coalesce(n.nspacl, acldefault('n', n.nspowner))) a))
+    FROM pg_namespace n JOIN ext ON ext.extnamespace = n.oid
+    UNION ALL
+    SELECT 'not a member: ' || pg_describe_object(o.cls, o.oid, 0)
+    FROM (
+        SELECT 'pg_class'::regclass AS cls, c.oid FROM pg_class c, ext
+        WHERE c.relnamespace = ext.extnamespace AND c.relkind NOT IN ('i', 't', 'I')
+        UNION ALL
+        SELECT 'pg_proc'::regclass, p.oid FROM pg_proc p, ext WHERE p.pronamespace = ext.extnamespace
+        UNION ALL
+        SELECT 'pg_operator'::regclass, o.oid FROM pg_operator o, ext WHERE o.oprnamespace = ext.extnamespace
+        UNION ALL
+        SELECT 'pg_type'::regclass, t.oid FROM pg_type t, ext
+        WHERE t.typnamespace = ext.extnamespace AND t.typrelid = 0 AND t.typelem = 0
+    ) o
+    WHERE NOT EXISTS (SELECT FROM members m WHERE m.classid = o.cls AND m.objid = o.oid)
+)
+SELECT coalesce(line, '<null line>') FROM lines ORDER BY 1 COLLATE "C"
+"#;
+
+fn describe(client: &mut Client) -> Vec<String> {
+    let mut lines: Vec<String> = client
+        .query(DESCRIBE, &[])
+        .expect("describing the extension's objects")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// The lines of `a` that `b` lacks, counting repeats.
+fn missing_from(a: &[String], b: &[String]) -> Vec<String> {
+    let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+    for line in b {
+        *counts.entry(line).or_default() += 1;
+    }
+    let mut out = Vec::new();
+    for line in a {
+        let count = counts.entry(line).or_default();
+        if *count > 0 {
+            *count -= 1;
+        } else {
+            out.push(line.clone());
+        }
+    }
+    out
+}
+
+#[test]
+fn schema_after_update_equals_a_fresh_install() {
+    let fresh = TestDb::new();
+    let updated = TestDb::without_extension();
+    install_0_1_0(&updated);
+    update_chain(&mut updated.connect());
+
+    let fresh_lines = describe(&mut fresh.connect());
+    let updated_lines = describe(&mut updated.connect());
+    assert!(
+        fresh_lines.iter().any(|l| l.starts_with("function streams.publish(text,jsonb) #"))
+            && fresh_lines.iter().any(|l| l.starts_with("relation streams.events:"))
+            && fresh_lines.iter().any(|l| l.starts_with("config_dump streams.event_log:")),
+        "the description covers the extension's objects:\n{}",
+        fresh_lines.join("\n")
+    );
+    let only_fresh = missing_from(&fresh_lines, &updated_lines);
+    let only_updated = missing_from(&updated_lines, &fresh_lines);
+    assert!(
+        only_fresh.is_empty() && only_updated.is_empty(),
+        "the updated schema differs from a fresh install\n--- only in the fresh install ({}):\n{}\n--- only after the update ({}):\n{}",
+        only_fresh.len(),
+        only_fresh.join("\n"),
+        only_updated.len(),
+        only_updated.join("\n")
+    );
+}
+
+/// Publish as the superuser while LISTENing: the notification names the
+/// position, and the event shows in streams.events with a time.
+fn publish_and_receive(db: &TestDb, stream: &str) {
+    let mut c = db.connect();
+    let mut listener = Listener::new(db, &[stream]);
+    let p = publish(&mut c, stream, r#"{"served":true}"#);
+    let got = listener.collect(1, WAIT);
+    assert_eq!(got.len(), 1, "{}: a notification arrives for {p}", db.name);
+    assert_eq!(got[0]["position"].as_i64(), Some(p), "{}: the notification carries the position", db.name);
+    assert_eq!(got[0]["stream"], stream, "{}: the notification names the stream", db.name);
+    wait_for_horizon(&mut c, p);
+    let row = c
+        .query_opt("SELECT stream, time IS NOT NULL, data::text FROM streams.events WHERE position = $1", &[&p])
+        .unwrap()
+        .unwrap_or_else(|| panic!("{}: event {p} is in streams.events", db.name));
+    assert_eq!(row.get::<_, String>(0), stream);
+    assert!(row.get::<_, bool>(1), "{}: event {p} has a time", db.name);
+    assert_eq!(row.get::<_, String>(2), r#"{"served": true}"#);
+}
+
+#[test]
+fn library_serves_a_database_that_did_not_update() {
+    let kept = TestDb::without_extension();
+    let updated = TestDb::without_extension();
+    install_0_1_0(&kept);
+    install_0_1_0(&updated);
+    update_chain(&mut updated.connect());
+
+    publish_and_receive(&updated, "orders");
+    publish_and_receive(&kept, "orders");
+    // And once more each, in the other order: the worker of one does not
+    // disturb the other's.
+    publish_and_receive(&kept, "audit");
+    publish_and_receive(&updated, "audit");
+
+    assert_eq!(extversion(&mut kept.connect()), "0.1.0", "the database that did not update stays at 0.1.0");
+    assert_eq!(extversion(&mut updated.connect()), default_version(), "the other database updated");
+}
