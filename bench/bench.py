@@ -718,9 +718,18 @@ END $$"""
             rep["copy_s"] = time.monotonic() - t
             say("storage of the replay data set")
             self.res["storage_batch"] = self.storage(c, "bench_plain")
+            # Readers that are not the owner: one granted '*', one granted only
+            # the prefix of one stream (the privilege test runs per row).
+            c.execute("DROP ROLE IF EXISTS bench_reader_all")
+            c.execute("DROP ROLE IF EXISTS bench_reader_prefix")
+            c.execute("CREATE ROLE bench_reader_all; CREATE ROLE bench_reader_prefix")
+            c.execute("SELECT streams.grant('read', '*', 'bench_reader_all')")
+            c.execute(f"SELECT streams.grant('read', '{CHANNEL.split('.')[0]}.*', 'bench_reader_prefix')")
             queries = [
                 ("replay", "streams.replay()",
                  f"SELECT * FROM streams.replay(max_events => {N})", N),
+                ("replay_granted", "streams.replay() as a role granted '*'",
+                 f"SELECT * FROM streams.replay(max_events => {N})", N, "bench_reader_all"),
                 ("view", "streams.events view",
                  "SELECT * FROM streams.events WHERE position > 0 ORDER BY position", N),
                 ("raw", "raw ordered scan of bench_raw",
@@ -729,7 +738,11 @@ END $$"""
                  f"SELECT * FROM streams.replay(stream => '{CHANNEL}', max_events => {N})", None),
                 ("raw_stream", "raw ordered scan of one stream",
                  f"SELECT * FROM bench_raw WHERE stream = '{CHANNEL}' ORDER BY position", None),
+                ("replay_stream_prefix", "one stream, as a role granted its prefix only",
+                 f"SELECT * FROM streams.replay(stream => '{CHANNEL}', max_events => {N})", None,
+                 "bench_reader_prefix"),
             ]
+            queries = [q if len(q) == 5 else q + (None,) for q in queries]
             stream_n = c.execute("SELECT count(*) FROM bench_raw WHERE stream = %s",
                                  (CHANNEL,)).fetchone()[0]
             # Three ways to time each query:
@@ -742,41 +755,53 @@ END $$"""
             def count_sql(sql):
                 return f"SELECT count(*) FROM ({sql}) s"
 
-            def explain_s(sql):
-                plan = c.execute("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + sql).fetchone()[0]
+            def as_role(role, fn):
+                if role:
+                    c.execute(f"SET ROLE {role}")
+                try:
+                    return fn()
+                finally:
+                    if role:
+                        c.execute("RESET ROLE")
+
+            def explain_s(sql, role=None):
+                plan = as_role(role, lambda: c.execute(
+                    "EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + sql).fetchone()[0])
                 return plan[0]["Execution Time"] / 1000.0
 
             psql = os.path.join(pg_bindir(), "psql")
 
-            def copy_s(sql):
+            def copy_s(sql, role=None):
                 cmd = [psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", PGHOST, "-p", str(PGPORT),
-                       "-U", PGUSER, "-d", DB, "-c", f"COPY ({sql}) TO STDOUT"]
+                       "-U", PGUSER, "-d", DB] + (["-c", f"SET ROLE {role}"] if role else []) + \
+                      ["-c", f"COPY ({sql}) TO STDOUT"]
                 t = time.monotonic()
                 r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                 if r.returncode != 0:
                     raise BenchError(f"psql COPY failed: {r.stderr[-1000:]}")
                 return time.monotonic() - t
 
-            forms = {"server": explain_s, "count": lambda q: explain_s(count_sql(q)), "copy": copy_s}
+            forms = {"server": explain_s, "count": lambda q, r=None: explain_s(count_sql(q), r),
+                     "copy": copy_s}
             plans, rep["plans"] = [], {}
-            for key, label, sql, expect in queries:
-                got = c.execute(count_sql(sql)).fetchone()[0]  # check the row count
+            for key, label, sql, expect, role in queries:
+                got = as_role(role, lambda: c.execute(count_sql(sql)).fetchone()[0])  # check the row count
                 want = expect if expect is not None else stream_n
                 if got != want:
                     raise BenchError(f"{label}: counted {got} rows, expected {want}")
                 for form in ("server", "count"):
                     q = sql if form == "server" else count_sql(sql)
-                    plan = c.execute("EXPLAIN " + q).fetchall()
+                    plan = as_role(role, lambda: c.execute("EXPLAIN " + q).fetchall())
                     rep["plans"].setdefault(key, {})[form] = [r[0] for r in plan]
                     plans.append(f"-- {label} ({form})\n{q}\n" + "\n".join(r[0] for r in plan) + "\n")
                 for fn in forms.values():  # warm-up
-                    fn(sql)
+                    fn(sql, role)
             (self.log_dir / "replay-plans.txt").write_text("\n".join(plans))
             times = {form: {q[0]: [] for q in queries} for form in forms}
             for order in rotations(queries, cfg["replay_reps"]):
-                for key, label, sql, _ in order:
+                for key, label, sql, _, role in order:
                     for form, fn in forms.items():
-                        times[form][key].append(fn(sql))
+                        times[form][key].append(fn(sql, role))
         rep["rows"] = {q[0]: (q[3] if q[3] is not None else stream_n) for q in queries}
         rep["labels"] = {q[0]: q[1] for q in queries}
         rep["sql"] = {q[0]: q[2] for q in queries}
@@ -1077,6 +1102,8 @@ def write_report(res, out_dir):
          pct(lag["commit_ts_to_received_ms"], 99) <= 100),
         ("replay: streams.replay() vs raw ordered scan", fx(eps["replay"] / eps["raw"]), ">= 0.8x",
          eps["replay"] / eps["raw"] >= 0.8),
+        ("replay as a role granted '*' vs the owner's replay", fx(eps["replay_granted"] / eps["replay"]),
+         ">= 0.9x", eps["replay_granted"] / eps["replay"] >= 0.9),
         ("replay: streams.events view vs raw ordered scan", fx(eps["view"] / eps["raw"]), ">= 0.8x",
          eps["view"] / eps["raw"] >= 0.8),
         ("storage per event vs bench_plain, one event per transaction", fx(ss["ratio"]), "<= 1.2x",

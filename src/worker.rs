@@ -247,6 +247,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
         }
         entry.wake.store(false, Ordering::SeqCst);
         let phase = if split { Phase::Visibility } else { Phase::Combined };
+        let mut visible_now = false;
         let mut wait = match round(db, entry, phase) {
             Ok(Round::ExtensionGone) => {
                 log!("litebase_streams worker for database {}: extension dropped, exiting", db.to_u32());
@@ -254,6 +255,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
             }
             Ok(Round::Done { horizon, delivered, more }) => {
                 failures = 0;
+                visible_now = !more;
                 entry.horizon.store(horizon as u64, Ordering::Relaxed);
                 if !split {
                     entry.delivered.store(delivered as u64, Ordering::Relaxed);
@@ -285,8 +287,9 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                     entry.notify_state.store(NotifyState::Ok as u32, Ordering::Relaxed);
                     if more {
                         wait = std::time::Duration::ZERO;
-                    } else if delivered >= horizon {
-                        split = false; // caught up: one transaction per round again
+                    } else if visible_now && delivered >= horizon {
+                        // Everything visible is notified: one transaction per round again.
+                        split = false;
                     }
                 }
                 Ok(Round::ExtensionGone) => return,

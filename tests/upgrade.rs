@@ -176,6 +176,11 @@ impl Drop for ScratchFile {
     }
 }
 
+/// A database used at 0.1.0 (events, a reader, a publisher and an operator
+/// granted the 0.1.0 way, a publishing transaction left open) updates with
+/// every event intact, the open transaction still holding the horizon, the
+/// sequence continuing, delivery from streams.worker_pid() in order and once,
+/// each role still able to do what it did, and a dump that restores it all.
 #[test]
 fn update_keeps_every_event_and_the_roles_that_used_them() {
     let db = TestDb::without_extension();
@@ -317,7 +322,7 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
         .map(|r| r.get(0))
         .collect();
     assert_eq!(batch.len(), 1);
-    let published_after = vec![published, batch[0]];
+    let published_after = [published, batch[0]];
     assert!(published > later);
     drop(pub_c);
     let next: Vec<(i64, i32)> = (0..2)
@@ -430,14 +435,14 @@ WITH ext AS (
     WHERE p.prokind <> 'a'
     UNION ALL
     SELECT pg_catalog.format('function %s: owner=%s acl=%s', p.oid::regprocedure, p.proowner::regrole,
-        (SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(coalesce(p.proacl, acldefault('f', p.proowner))) a))
+        (SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(coalesce(p.proacl, acldefault('f'::"char", p.proowner))) a))
     FROM funcs p
     UNION ALL
     SELECT pg_catalog.format('relation %s: kind=%s owner=%s persistence=%s rls=%s force_rls=%s options=%s acl=%s',
         c.oid::regclass, c.relkind, c.relowner::regrole, c.relpersistence, c.relrowsecurity, c.relforcerowsecurity,
         (SELECT string_agg(o, ',' ORDER BY o) FROM unnest(c.reloptions) o),
         (SELECT string_agg(a::text, ',' ORDER BY a::text)
-         FROM unnest(coalesce(c.relacl, acldefault(CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END, c.relowner))) a))
+         FROM unnest(coalesce(c.relacl, acldefault((CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END)::"char", c.relowner))) a))
     FROM rels c
     UNION ALL
     SELECT pg_catalog.format('view %s #%s: %s', c.oid::regclass, lpad(l.n::text, 4, '0'), l.line)
@@ -495,7 +500,7 @@ WITH ext AS (
     FROM ext
     UNION ALL
     SELECT pg_catalog.format('schema %s: owner=%s acl=%s', n.nspname, n.nspowner::regrole,
-        (SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(coalesce(n.nspacl, acldefault('n', n.nspowner))) a))
+        (SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(coalesce(n.nspacl, acldefault('n'::"char", n.nspowner))) a))
     FROM pg_namespace n JOIN ext ON ext.extnamespace = n.oid
     UNION ALL
     SELECT 'not a member: ' || pg_describe_object(o.cls, o.oid, 0)
@@ -512,7 +517,7 @@ WITH ext AS (
     ) o
     WHERE NOT EXISTS (SELECT FROM members m WHERE m.classid = o.cls AND m.objid = o.oid)
 )
-SELECT coalesce(line, '<null line>') FROM lines ORDER BY 1 COLLATE "C"
+SELECT coalesce(line, '<null line>') FROM lines ORDER BY coalesce(line, '<null line>') COLLATE "C"
 "#;
 
 fn describe(client: &mut Client) -> Vec<String> {
@@ -544,6 +549,8 @@ fn missing_from(a: &[String], b: &[String]) -> Vec<String> {
     out
 }
 
+/// 0.1.0 updated along the chain has exactly the objects, definitions,
+/// privileges and dump settings of a fresh install of the default version.
 #[test]
 fn schema_after_update_equals_a_fresh_install() {
     let fresh = TestDb::new();
@@ -592,6 +599,8 @@ fn publish_and_receive(db: &TestDb, stream: &str) {
     assert_eq!(row.get::<_, String>(2), r#"{"served": true}"#);
 }
 
+/// The current library delivers for a database left at 0.1.0 as it does for
+/// an updated one on the same server.
 #[test]
 fn library_serves_a_database_that_did_not_update() {
     let kept = TestDb::without_extension();
