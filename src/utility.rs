@@ -3,6 +3,12 @@
 //!
 //! Every other statement passes straight to the next hook, through a frame
 //! that holds nothing to drop and converts no errors.
+//!
+//! The worker is stopped only for a caller who may drop the database (its
+//! owner or a superuser), so a role that may not cannot stop anyone's
+//! delivery. The drop itself runs behind pgrx's FFI guard, so when it fails
+//! (the database is in use, say) its ERROR comes back here as a panic and the
+//! worker is started again before the error goes on to the caller.
 
 use std::panic::AssertUnwindSafe;
 
@@ -70,8 +76,11 @@ unsafe extern "C-unwind" fn process_utility(
 ) {
     let call = Call { pstmt, query, read_only_tree, context, params, query_env, dest, qc };
     match call.dropped_database() {
-        Some(db) => drop_database(&call, db),
-        None => call.next(),
+        // A catalog lookup: no ERROR for an existing database.
+        Some(db) if pg_sys::superuser() || pg_sys::pg_database_ownercheck(db, pg_sys::GetUserId()) => {
+            drop_database(&call, db)
+        }
+        _ => call.next(),
     }
 }
 
@@ -80,7 +89,9 @@ unsafe extern "C-unwind" fn process_utility(
 unsafe extern "C-unwind" fn drop_database(call: *const Call, db: pg_sys::Oid) {
     let call = *call;
     let was_running = worker::stop_for_drop(db);
-    PgTryBuilder::new(AssertUnwindSafe(|| call.next()))
+    // SAFETY: the guard turns an ERROR of the drop into a Rust panic, which
+    // PgTryBuilder catches; nothing in this frame needs dropping.
+    PgTryBuilder::new(AssertUnwindSafe(|| unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| call.next()) }))
         .catch_others(|error| {
             worker::after_drop(db, false, was_running);
             error.rethrow()

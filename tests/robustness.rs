@@ -119,3 +119,30 @@ mod uuid_text {
         c.query_one(sql, &[]).unwrap().get(0)
     }
 }
+
+/// A role that may not drop a database cannot stop its worker by trying, and
+/// a DROP DATABASE that fails (the database is in use) leaves delivery
+/// running: the worker it stopped comes back.
+#[test]
+fn a_failed_drop_database_leaves_delivery_running() {
+    let db = TestDb::new();
+    let stranger = TestRole::new(&db, "stranger", "");
+    let worker = db.wait_for_worker();
+    let mut config = base_config();
+    config.user(&stranger.name);
+    let err = config.connect(postgres::NoTls).unwrap().batch_execute(&format!("DROP DATABASE {}", db.name)).unwrap_err();
+    assert_eq!(sqlstate(&err), "42501");
+    let mut c = db.connect();
+    let mut listener = Listener::new(&db, &["orders"]);
+    let p = publish(&mut c, "orders", "{}");
+    assert_eq!(listener.positions(1, Duration::from_secs(10)), vec![p], "delivery goes on");
+    assert_eq!(db.wait_for_worker(), worker, "the same worker, never stopped");
+
+    // In use (the listener and c are connected): the drop fails after the worker was stopped.
+    let err = admin().batch_execute(&format!("DROP DATABASE {}", db.name)).unwrap_err();
+    assert_eq!(sqlstate(&err), "55006", "{err}");
+    let p = publish(&mut c, "orders", "{}");
+    assert_eq!(listener.positions(1, Duration::from_secs(20)), vec![p], "a worker delivers again");
+    let status: String = c.query_one("SELECT worker_state FROM streams.status", &[]).unwrap().get(0);
+    assert_ne!(status, "not running");
+}
