@@ -51,9 +51,21 @@ CREATE FUNCTION streams."worker_pid"() RETURNS INT
 STRICT STABLE PARALLEL SAFE
 LANGUAGE c AS 'MODULE_PATHNAME', 'worker_pid_wrapper';
 
+-- Who could read or publish at 0.1.0 (SELECT on the view, EXECUTE on
+-- publish): they keep that as a grant on every stream, made below after the
+-- privileges are reset. (Kept as role OIDs in transaction-local settings: a
+-- table would join the extension.)
+SELECT pg_catalog.set_config('litebase_streams_upgrade.readers', coalesce(pg_catalog.string_agg(DISTINCT a.grantee::text, ','), ''), true)
+FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+WHERE c.oid = 'streams.events'::regclass AND a.privilege_type = 'SELECT' AND a.grantee <> 0 AND a.grantee <> c.relowner;
+SELECT pg_catalog.set_config('litebase_streams_upgrade.publishers', coalesce(pg_catalog.string_agg(DISTINCT a.grantee::text, ','), ''), true)
+FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+WHERE p.oid IN ('streams.publish(text, jsonb)'::regprocedure, 'streams.publish_batch(text, jsonb[])'::regprocedure)
+  AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner;
+
 -- The status view and its function change shape: remember who could read it.
 -- (Kept in a transaction-local setting: a table would join the extension.)
-SELECT pg_catalog.set_config('litebase_streams_upgrade.status_readers', coalesce(pg_catalog.string_agg(g.grantee::text, ','), ''), true)
+SELECT pg_catalog.set_config('litebase_streams_upgrade.status_readers', coalesce(pg_catalog.string_agg(g.grantee::oid::text, ','), ''), true)
 FROM (
     SELECT a.grantee::regrole AS grantee FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
     WHERE c.oid = 'streams.status'::regclass AND a.privilege_type = 'SELECT' AND a.grantee <> 0 AND a.grantee <> c.relowner
@@ -78,6 +90,20 @@ LANGUAGE c AS 'MODULE_PATHNAME', '_worker_status_wrapper';
 
 -- Storage.
 ALTER TABLE streams.horizon_state ADD COLUMN delivered bigint;
+
+CREATE OR REPLACE FUNCTION streams._replay_check(after bigint, since timestamptz, from_tx xid8) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    -- Qualified: num_nonnulls is VARIADIC "any", so an exact-type function in
+    -- the caller's search_path would otherwise win.
+    IF pg_catalog.num_nonnulls(after, since, from_tx) OPERATOR(pg_catalog.>) 1 THEN
+        RAISE EXCEPTION 'streams.replay: give at most one of after, since and from_tx'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'after => a position, since => a time, or from_tx => a transaction id.';
+    END IF;
+    RETURN true;
+END
+$$;
 
 -- Which log this is: a new id for every CREATE EXTENSION (also the one a
 -- restore runs), so a client can tell a re-created or restored log, whose
@@ -367,7 +393,38 @@ COMMENT ON FUNCTION streams._acl_changed() IS 'Internal: makes publishers re-che
 COMMENT ON FUNCTION streams._stream_matches(text, text[]) IS 'Internal: whether a stream is selected by any of the names or patterns.';
 
 -- Privileges, as a fresh install sets them.
+-- Privileges start from nothing: what default privileges (ALTER DEFAULT
+-- PRIVILEGES of the installing role) gave others on the new objects, or what
+-- a pre-existing empty schema granted, is taken back first.
+DO $reset$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT g.kind, g.name, CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END AS grantee
+        FROM (
+            SELECT CASE c.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END AS kind, c.oid::regclass::text AS name,
+                   a.grantee, c.relowner AS owner
+            FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+            WHERE c.relnamespace = 'streams'::regnamespace
+            UNION ALL
+            SELECT 'FUNCTION', p.oid::regprocedure::text, a.grantee, p.proowner
+            FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+            WHERE p.pronamespace = 'streams'::regnamespace
+            UNION ALL
+            SELECT 'SCHEMA', 'streams', a.grantee, n.nspowner
+            FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+            WHERE n.nspname = 'streams'
+        ) g
+        WHERE g.grantee <> g.owner
+        GROUP BY 1, 2, 3
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %s', r.kind, r.name, r.grantee);
+    END LOOP;
+END
+$reset$;
 REVOKE ALL ON ALL TABLES IN SCHEMA streams FROM PUBLIC;
+REVOKE ALL ON SEQUENCE streams.position_seq FROM PUBLIC;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA streams FROM PUBLIC;
 GRANT SELECT ON streams.stream_grants TO PUBLIC;
 GRANT EXECUTE ON FUNCTION streams._replay_check(bigint, timestamptz, xid8),
@@ -375,30 +432,25 @@ GRANT EXECUTE ON FUNCTION streams._replay_check(bigint, timestamptz, xid8),
     streams._replay_limit(integer), streams._stream_matches(text, text[]),
     streams._reads_all(), streams._read_patterns(), streams._may_publish(text) TO PUBLIC;
 
--- Whoever could read or publish at 0.1.0 (SELECT on the view, EXECUTE on
--- publish) keeps that, now as a grant on every stream; operators keep status.
+-- The roles captured above get their access back.
 DO $migrate$
 DECLARE
     r record;
 BEGIN
-    FOR r IN
-        SELECT DISTINCT a.grantee::regrole AS grantee FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
-        WHERE c.oid = 'streams.events'::regclass AND a.privilege_type = 'SELECT' AND a.grantee <> 0 AND a.grantee <> c.relowner
+    FOR r IN SELECT g.name::oid::regrole AS grantee
+             FROM pg_catalog.unnest(pg_catalog.string_to_array(pg_catalog.current_setting('litebase_streams_upgrade.readers'), ',')) g(name)
     LOOP
         PERFORM streams.grant('read', '*', r.grantee);
     END LOOP;
-    FOR r IN
-        SELECT DISTINCT a.grantee::regrole AS grantee FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
-        WHERE p.oid IN ('streams.publish(text, jsonb)'::regprocedure, 'streams.publish_batch(text, jsonb[])'::regprocedure)
-          AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner
+    FOR r IN SELECT g.name::oid::regrole AS grantee
+             FROM pg_catalog.unnest(pg_catalog.string_to_array(pg_catalog.current_setting('litebase_streams_upgrade.publishers'), ',')) g(name)
     LOOP
         PERFORM streams.grant('publish', '*', r.grantee);
     END LOOP;
-    FOR r IN
-        SELECT g.name::regrole AS grantee
-        FROM pg_catalog.unnest(pg_catalog.string_to_array(
-            pg_catalog.current_setting('litebase_streams_upgrade.status_readers'), ',')) AS g(name)
+    FOR r IN SELECT g.name::oid::regrole AS grantee
+             FROM pg_catalog.unnest(pg_catalog.string_to_array(pg_catalog.current_setting('litebase_streams_upgrade.status_readers'), ',')) g(name)
     LOOP
+        EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA streams TO %s', r.grantee);
         EXECUTE pg_catalog.format('GRANT SELECT ON streams.status TO %s', r.grantee);
         EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION streams._worker_status() TO %s', r.grantee);
     END LOOP;

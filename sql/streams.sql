@@ -239,7 +239,9 @@ $$;
 CREATE FUNCTION streams._replay_check(after bigint, since timestamptz, from_tx xid8) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    IF num_nonnulls(after, since, from_tx) > 1 THEN
+    -- Qualified: num_nonnulls is VARIADIC "any", so an exact-type function in
+    -- the caller's search_path would otherwise win.
+    IF pg_catalog.num_nonnulls(after, since, from_tx) OPERATOR(pg_catalog.>) 1 THEN
         RAISE EXCEPTION 'streams.replay: give at most one of after, since and from_tx'
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'after => a position, since => a time, or from_tx => a transaction id.';
@@ -491,6 +493,36 @@ COMMENT ON FUNCTION streams._stream_matches(text, text[]) IS 'Internal: whether 
 --   GRANT USAGE ON SCHEMA streams TO ops;
 --   GRANT SELECT ON streams.status TO ops;
 --   GRANT EXECUTE ON FUNCTION streams._worker_status() TO ops;
+-- Privileges start from nothing: what default privileges (ALTER DEFAULT
+-- PRIVILEGES of the installing role) gave others on the new objects, or what
+-- a pre-existing empty schema granted, is taken back first.
+DO $reset$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT g.kind, g.name, CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END AS grantee
+        FROM (
+            SELECT CASE c.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END AS kind, c.oid::regclass::text AS name,
+                   a.grantee, c.relowner AS owner
+            FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+            WHERE c.relnamespace = 'streams'::regnamespace
+            UNION ALL
+            SELECT 'FUNCTION', p.oid::regprocedure::text, a.grantee, p.proowner
+            FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+            WHERE p.pronamespace = 'streams'::regnamespace
+            UNION ALL
+            SELECT 'SCHEMA', 'streams', a.grantee, n.nspowner
+            FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+            WHERE n.nspname = 'streams'
+        ) g
+        WHERE g.grantee <> g.owner
+        GROUP BY 1, 2, 3
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %s', r.kind, r.name, r.grantee);
+    END LOOP;
+END
+$reset$;
 REVOKE ALL ON ALL TABLES IN SCHEMA streams FROM PUBLIC;
 REVOKE ALL ON SEQUENCE streams.position_seq FROM PUBLIC;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA streams FROM PUBLIC;

@@ -118,11 +118,15 @@ SELECT (SELECT pg_catalog.max(position) FROM ev), (SELECT pg_catalog.count(*) FR
        (SELECT pg_catalog.count(*) FROM fresh)";
 
 const READ_STATE: &str = "
-SELECT h.horizon, coalesce(h.delivered, h.horizon), streams._newest_position(),
-       (SELECT pg_catalog.array_agg(p.stream) FROM streams.private_streams p)
+SELECT h.horizon, coalesce(h.delivered, h.horizon), streams._newest_position()
 FROM (SELECT NULL) AS one LEFT JOIN streams.horizon_state h ON true";
 
-const READ_STATE_V0_1: &str = "SELECT streams.horizon(), streams.horizon(), streams._newest_position(), NULL::text[]";
+const READ_STATE_V0_1: &str = "SELECT streams.horizon(), streams.horizon(), streams._newest_position()";
+
+/// Read with the same fresh snapshot as the events it applies to, so an
+/// event published after `set_private` committed is always sent without data.
+const READ_PRIVATE: &str = "SELECT pg_catalog.array_agg(p.stream::text) FROM streams.private_streams p";
+const READ_PRIVATE_V0_1: &str = "SELECT NULL::text[]";
 
 /// An UPDATE (a HOT update of one row) in the common case; the row is
 /// inserted by the first round instead of by the extension script, so that
@@ -166,6 +170,7 @@ pub fn run(db: pg_sys::Oid, batch_size: i64, phase: Phase) -> Round {
 struct Plans {
     schema: Schema,
     read_state: OwnedPreparedStatement,
+    read_private: OwnedPreparedStatement,
     fetch: OwnedPreparedStatement,
     mark: OwnedPreparedStatement,
     save: OwnedPreparedStatement,
@@ -180,13 +185,14 @@ fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plans>> {
         return Ok(plans);
     }
     let int8 = PgOid::BuiltIn(PgBuiltInOids::INT8OID);
-    let (read_state, save) = match schema {
-        Schema::Current => (READ_STATE, SAVE),
-        Schema::V0_1 => (READ_STATE_V0_1, SAVE_V0_1),
+    let (read_state, read_private, save) = match schema {
+        Schema::Current => (READ_STATE, READ_PRIVATE, SAVE),
+        Schema::V0_1 => (READ_STATE_V0_1, READ_PRIVATE_V0_1, SAVE_V0_1),
     };
     let plans = Rc::new(Plans {
         schema,
         read_state: client.prepare(read_state, &[])?.keep(),
+        read_private: client.prepare(read_private, &[])?.keep(),
         fetch: client.prepare_mut(FETCH, &[int8, int8, int8])?.keep(),
         mark: client.prepare_mut(MARK, &[int8, int8, int8])?.keep(),
         save: client.prepare_mut(save, &[int8, int8])?.keep(),
@@ -210,7 +216,6 @@ fn deliver(
     let persisted = state.get::<i64>(1)?.unwrap_or(0);
     let delivered = state.get::<i64>(2)?.unwrap_or(0);
     let max_allocated = state.get::<i64>(3)?.unwrap_or(0).max(0) as u64;
-    let private: Vec<String> = state.get::<Vec<String>>(4)?.unwrap_or_default();
     let held = shmem::held_positions(db);
     crate::hold::enforce(max_allocated, &held);
     let horizon = (horizon::compute(max_allocated, held.iter().map(|(_, low)| *low)) as i64).max(persisted);
@@ -236,6 +241,8 @@ fn deliver(
             Round::Done { horizon: visible, delivered, more }
         }
         Phase::Combined | Phase::Notify => {
+            let private: Vec<String> =
+                client.select(&plans.read_private, None, &[])?.first().get::<Vec<String>>(1)?.unwrap_or_default();
             let upto = if phase == Phase::Notify { persisted } else { horizon };
             let (sent_through, more) = notify_events(client, &plans, delivered, upto, batch_size, &private)?;
             let sent = if more { sent_through } else { upto };
@@ -278,6 +285,54 @@ fn notify_events(
     Ok((last, fetched == batch_size))
 }
 
+/// Whether the JSON text of `jsonb` is longer than `limit` bytes, found
+/// without writing it: a few bytes of stored jsonb can print as a huge text
+/// (a numeric like 1e131071 is 16 bytes stored and 131,072 digits printed),
+/// so the stored size alone does not bound what `JsonbToCString` allocates.
+/// Sums the length of every key and scalar (printing at most one numeric
+/// beyond the limit) and stops as soon as the sum passes `limit`.
+///
+/// # Safety
+/// `jsonb` points to a detoasted jsonb value valid for the call.
+unsafe fn text_longer_than(jsonb: *mut pg_sys::Jsonb, limit: usize) -> bool {
+    use pg_sys::JsonbIteratorToken::*;
+    let mut iterator = pg_sys::JsonbIteratorInit(&raw mut (*jsonb).root);
+    let mut value: pg_sys::JsonbValue = std::mem::zeroed();
+    let mut length = 0usize;
+    loop {
+        let token = pg_sys::JsonbIteratorNext(&mut iterator, &mut value, false);
+        length += match token {
+            WJB_DONE => return false,
+            WJB_KEY | WJB_VALUE | WJB_ELEM => scalar_text_length(&value) + 2,
+            _ => 1,
+        };
+        if length > limit {
+            return true;
+        }
+    }
+}
+
+/// The printed length of a scalar (a lower bound for strings, which may
+/// grow by escaping; exact for numerics).
+unsafe fn scalar_text_length(value: &pg_sys::JsonbValue) -> usize {
+    match value.type_ {
+        pg_sys::jbvType::jbvString => value.val.string.len.max(0) as usize,
+        pg_sys::jbvType::jbvNumeric => {
+            let Some(text) = pgrx::fcinfo::direct_function_call_as_datum(
+                pg_sys::numeric_out,
+                &[Some(pg_sys::Datum::from(value.val.numeric))],
+            ) else {
+                return 0;
+            };
+            let text = text.cast_mut_ptr::<std::ffi::c_char>();
+            let length = CStr::from_ptr(text).to_bytes().len();
+            pg_sys::pfree(text.cast());
+            length
+        }
+        _ => 5,
+    }
+}
+
 /// Microseconds since the Unix epoch.
 fn unix_micros(time: pgrx::datum::TimestampWithTimeZone) -> i64 {
     const POSTGRES_EPOCH_IN_UNIX_MICROS: i64 = 946_684_800_000_000;
@@ -299,6 +354,12 @@ fn jsonb_text(datum: pg_sys::Datum) -> Option<String> {
         let raw = datum.cast_mut_ptr::<pg_sys::varlena>();
         let detoasted = pg_sys::pg_detoast_datum(raw);
         let jsonb = detoasted as *mut pg_sys::Jsonb;
+        if text_longer_than(jsonb, MAX_DATA_TEXT_BYTES) {
+            if detoasted != raw {
+                pg_sys::pfree(detoasted.cast());
+            }
+            return None;
+        }
         let text = pg_sys::JsonbToCString(
             std::ptr::null_mut(),
             &raw mut (*jsonb).root,

@@ -27,16 +27,12 @@ thread_local! {
 /// Terminate the holder of the horizon if it is older than the timeout.
 /// Called by the worker inside a round's transaction.
 pub fn enforce(max_allocated: u64, held: &[(usize, u64)]) {
-    let Some((procno, _)) = horizon::holder(max_allocated, held.iter().copied()) else { return };
+    let Some((procno, low)) = horizon::holder(max_allocated, held.iter().copied()) else { return };
     refresh_database_setting();
     let Some(timeout) = gucs::hold_timeout() else { return };
-    let since = shmem::held_since(procno);
+    let Some((pid, since)) = shmem::holder_of(procno, low) else { return };
     let age = Duration::from_micros(unsafe { pg_sys::GetCurrentTimestamp() }.saturating_sub(since).max(0) as u64);
-    if age <= timeout {
-        return;
-    }
-    let pid = shmem::pid_of(procno);
-    if pid == 0 {
+    if age <= timeout || pid == 0 {
         return;
     }
     ereport!(

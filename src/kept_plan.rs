@@ -1,11 +1,12 @@
 //! Statements that backends plan once and keep: the publish INSERTs and the
 //! publish privilege check.
 //!
-//! A kept plan remembers the `search_path` it was prepared under and uses it
-//! for every later re-plan, so it is prepared under `pg_catalog, pg_temp`
-//! whatever the caller's setting: a role that puts its own schema first
-//! cannot make the extension's statements resolve to its functions or
-//! operators (the statements also qualify every name).
+//! A kept plan is prepared and executed under `search_path = pg_catalog,
+//! pg_temp` whatever the caller's setting (PostgreSQL re-parses a cached
+//! statement under the current search_path when it differs from the one it
+//! was planned under): a role that puts its own schema first cannot make the
+//! extension's statements resolve to its functions or operators. The
+//! statements also qualify every name.
 
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -29,16 +30,21 @@ impl<const N: usize> KeptPlan<N> {
     /// # Safety
     /// Call between `spi::connect` and `spi::finish`.
     pub unsafe fn execute(&'static self, values: &mut [pg_sys::Datum; N], expected: u32) {
-        let mut plan = self.plan.with(|p| p.get());
-        if plan.is_null() {
-            let mut types = self.types;
-            plan = with_pinned_search_path(|| pg_sys::SPI_prepare(self.sql.as_ptr(), N as i32, types.as_mut_ptr()));
-            if plan.is_null() || pg_sys::SPI_keepplan(plan) != 0 {
-                StreamsError::Internal(format!("cannot prepare {:?}", self.sql)).raise();
+        // The plan cache re-parses a statement under the search_path of the
+        // moment whenever it differs from the one it was planned under, so
+        // execution is pinned too (which also saves that re-parse).
+        let status = with_pinned_search_path(|| {
+            let mut plan = self.plan.with(|p| p.get());
+            if plan.is_null() {
+                let mut types = self.types;
+                plan = pg_sys::SPI_prepare(self.sql.as_ptr(), N as i32, types.as_mut_ptr());
+                if plan.is_null() || pg_sys::SPI_keepplan(plan) != 0 {
+                    StreamsError::Internal(format!("cannot prepare {:?}", self.sql)).raise();
+                }
+                self.plan.with(|p| p.set(plan));
             }
-            self.plan.with(|p| p.set(plan));
-        }
-        let status = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), std::ptr::null(), false, 0);
+            pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), std::ptr::null(), false, 0)
+        });
         if status != expected as i32 {
             StreamsError::Internal(format!("{:?} failed (SPI status {status})", self.sql)).raise();
         }

@@ -30,25 +30,32 @@ use crate::shmem;
 const CACHE_CAPACITY: usize = 1024;
 
 thread_local! {
-    static CACHE: RefCell<HashMap<(u32, String), bool>> = RefCell::new(HashMap::new());
+    /// (user, position sequence: which log, stream) → may publish.
+    static CACHE: RefCell<HashMap<(u32, u32, String), bool>> = RefCell::new(HashMap::new());
     static CACHE_GENERATION: Cell<u64> = const { Cell::new(0) };
     static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
     static CHANGED_IN_THIS_XACT: Cell<bool> = const { Cell::new(false) };
     static MAY_PUBLISH_PLAN: Cell<pg_sys::SPIPlanPtr> = const { Cell::new(std::ptr::null_mut()) };
 }
 
-/// Raise 42501 unless the current user may publish to `stream`.
-pub fn check_publish(stream: &str) {
+/// Raise 42501 unless the current user may publish to `stream` of the log
+/// whose position sequence is `log`.
+pub fn check_publish(stream: &str, log: pg_sys::Oid) {
     if unsafe { pg_sys::superuser() } {
         return;
     }
     let user = unsafe { pg_sys::GetUserId() }.to_u32();
     refresh_cache();
-    let key = (user, stream.to_owned());
+    let key = (user, log.to_u32(), stream.to_owned());
     if let Some(allowed) = CACHE.with(|c| c.borrow().get(&key).copied()) {
         return deny_unless(allowed, stream);
     }
     let allowed = ask_may_publish(stream);
+    // A transaction-snapshot answer may predate a revoke that committed
+    // since: use it, but keep only answers read with a fresh snapshot.
+    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        return deny_unless(allowed, stream);
+    }
     CACHE.with(|c| {
         let mut cache = c.borrow_mut();
         if cache.len() >= CACHE_CAPACITY {
@@ -70,11 +77,9 @@ fn refresh_cache() {
         // SAFETY: registers a plain function for the rest of this backend's
         // life; the callback only clears a thread-local map.
         unsafe {
-            pg_sys::CacheRegisterSyscacheCallback(
-                pg_sys::SysCacheIdentifier::AUTHMEMMEMROLE as i32,
-                Some(forget_cached_answers),
-                pg_sys::Datum::from(0),
-            );
+            for cache in [pg_sys::SysCacheIdentifier::AUTHMEMMEMROLE, pg_sys::SysCacheIdentifier::AUTHOID] {
+                pg_sys::CacheRegisterSyscacheCallback(cache as i32, Some(forget_cached_answers), pg_sys::Datum::from(0));
+            }
         }
     }
     let generation = shmem::acl_generation();
@@ -132,9 +137,10 @@ fn _acl_changed() {
     CHANGED_IN_THIS_XACT.with(|c| c.set(true));
 }
 
-/// From the transaction callback. Atomics only.
-pub fn at_commit(committed: bool) {
-    if CHANGED_IN_THIS_XACT.with(|c| c.replace(false)) && committed {
+/// From the transaction callback at commit, PREPARE (the change commits
+/// later: invalidating early costs nothing) or abort. Atomics only.
+pub fn at_transaction_end(committed_or_prepared: bool) {
+    if CHANGED_IN_THIS_XACT.with(|c| c.replace(false)) && committed_or_prepared {
         shmem::bump_acl_generation();
     }
 }

@@ -206,20 +206,28 @@ fn checked_stream(stream: Option<&str>) -> pg_sys::Oid {
     validate_stream_name(stream).or_raise();
     crate::require_preload().or_raise();
     let sequence = position_sequence();
-    privileges::check_publish(stream);
+    privileges::check_publish(stream, sequence);
     sequence
 }
 
 /// Allocate a position, announcing the transaction as an open publisher first.
+///
+/// When taking the first position fails (a read-only transaction, a lock
+/// timeout, a cancel), the announcement is withdrawn before the error goes
+/// on: a `ROLLBACK TO SAVEPOINT` does not end the transaction, and a slot left
+/// "allocating" would hold the horizon with no position to show for it.
 fn next_position(sequence: pg_sys::Oid) -> i64 {
-    let first = PUBLISHING.with(|p| p.get()).is_none();
-    if first {
-        announce();
+    if PUBLISHING.with(|p| p.get()).is_some() {
+        return pg_decls::nextval(sequence);
     }
-    let position = pg_decls::nextval(sequence);
-    if first {
-        PUBLISHING.with(|p| p.get()).expect("announced above").slot.hold(position as u64);
-    }
+    announce();
+    let position = PgTryBuilder::new(|| pg_decls::nextval(sequence))
+        .catch_others(|error| {
+            finish();
+            error.rethrow()
+        })
+        .execute();
+    PUBLISHING.with(|p| p.get()).expect("announced above").slot.hold(position as u64);
     position
 }
 
@@ -259,12 +267,12 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
         XACT_EVENT_PRE_PREPARE if PUBLISHING.with(|p| p.get()).is_some() => {
             StreamsError::PreparedPublish.raise()
         }
-        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
-            privileges::at_commit(true);
+        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PREPARE => {
+            privileges::at_transaction_end(true);
             finish()
         }
-        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT | XACT_EVENT_PREPARE => {
-            privileges::at_commit(false);
+        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
+            privileges::at_transaction_end(false);
             finish()
         }
         _ => {}

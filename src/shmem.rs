@@ -20,6 +20,8 @@ pub struct PublisherSlot {
     low: AtomicU64,
     /// When the transaction announced itself (TimestampTz), for hold_timeout.
     since: AtomicI64,
+    /// The announcing backend's pid, for hold_timeout.
+    pid: AtomicI32,
 }
 
 /// What the worker of one database publishes about itself.
@@ -272,6 +274,7 @@ impl PublisherSlot {
     /// Announce a first publish in database `db`: a position is being taken.
     pub fn begin(&self, db: pg_sys::Oid) {
         self.since.store(unsafe { pg_sys::GetCurrentStatementStartTimestamp() }, Ordering::Relaxed);
+        self.pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Relaxed);
         self.db.store(db.to_u32(), Ordering::SeqCst);
         self.low.store(ALLOCATING, Ordering::SeqCst);
     }
@@ -288,10 +291,12 @@ impl PublisherSlot {
 }
 
 /// The lowest position held by each open publishing transaction of database
-/// `db`, keyed by pgprocno. A backend still taking its first position is a few
-/// instructions from knowing it (or from its abort, which clears the slot):
-/// wait for it, since whatever it gets may be below the caller's reading of the
-/// sequence.
+/// `db`, keyed by pgprocno. A backend still taking its first position is
+/// usually a few instructions from knowing it (or from withdrawing): wait
+/// briefly, since whatever it gets may be below the caller's reading of the
+/// sequence. One that stays allocating (its `nextval` waits on a lock) counts
+/// as holding everything ([`HOLDS_EVERYTHING`]): the horizon does not move
+/// this round, and nobody waits on it.
 pub fn held_positions(db: pg_sys::Oid) -> Vec<(usize, u64)> {
     let mut found = Vec::new();
     for (procno, slot) in slots().iter().enumerate() {
@@ -300,25 +305,35 @@ pub fn held_positions(db: pg_sys::Oid) -> Vec<(usize, u64)> {
             continue;
         }
         let mut spins = 0u32;
-        while low == ALLOCATING {
+        while low == ALLOCATING && spins < 1100 {
             spins += 1;
             if spins < 1000 {
                 std::hint::spin_loop();
             } else {
-                unsafe { pg_sys::pg_usleep(20) };
+                // SAFETY: a plain sleep of 10 µs; at most 100 of them per slot.
+                unsafe { pg_sys::pg_usleep(10) };
             }
             low = slot.low.load(Ordering::SeqCst);
         }
-        if low != 0 {
-            found.push((procno, low));
+        match low {
+            0 => {}
+            ALLOCATING => found.push((procno, HOLDS_EVERYTHING)),
+            low => found.push((procno, low)),
         }
     }
     found
 }
 
-/// When the open publishing transaction in slot `procno` started.
-pub fn held_since(procno: usize) -> i64 {
-    slots().get(procno).map_or(0, |slot| slot.since.load(Ordering::Relaxed))
+/// The position reported for a slot still allocating after the wait.
+pub const HOLDS_EVERYTHING: u64 = 1;
+
+/// The pid and start time (TimestampTz) of the open publishing transaction
+/// in slot `procno` while it still holds position `low`.
+pub fn holder_of(procno: usize, low: u64) -> Option<(i32, i64)> {
+    let slot = slots().get(procno)?;
+    let (pid, since) = (slot.pid.load(Ordering::Relaxed), slot.since.load(Ordering::Relaxed));
+    // Read after pid and since: a slot reused since the scan shows a new low.
+    (slot.low.load(Ordering::SeqCst) == low && low != 0).then_some((pid, since))
 }
 
 /// The pid of the process with this pgprocno.

@@ -139,6 +139,21 @@ fn publishers_publish_only_where_granted_and_revokes_apply_at_once() {
     owner.query_one("SELECT streams.revoke('publish', 'payment.*', $1::text::regrole)", &[&app.name]).unwrap();
     let err = a.batch_execute("SELECT streams.publish('payment.success', '{}')").unwrap_err();
     assert_eq!(sqlstate(&err), "42501", "a revoke applies to the publisher's open session");
+
+    // A revoke that commits while the publisher's repeatable-read transaction
+    // still sees the grant: after that transaction, the grant is gone.
+    owner
+        .batch_execute(&format!(
+            "SELECT streams.grant('publish', 'orders', '{0}'), streams.grant('publish', 'other', '{0}')",
+            app.name
+        ))
+        .unwrap();
+    a.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1").unwrap();
+    owner.query_one("SELECT streams.revoke('publish', 'orders', $1::text::regrole)", &[&app.name]).unwrap();
+    a.batch_execute("SELECT streams.publish('orders', '{}'); COMMIT").unwrap();
+    let err = a.batch_execute("SELECT streams.publish('orders', '{}')").unwrap_err();
+    assert_eq!(sqlstate(&err), "42501", "an answer read under the old snapshot was not kept");
+    publish(&mut a, "other", "{}");
 }
 
 #[test]

@@ -146,3 +146,25 @@ fn a_failed_drop_database_leaves_delivery_running() {
     let status: String = c.query_one("SELECT worker_state FROM streams.status", &[]).unwrap().get(0);
     assert_ne!(status, "not running");
 }
+
+/// A publish that fails while taking its first position (here: in a
+/// read-only transaction) inside a savepoint that is rolled back leaves no
+/// trace: the transaction stays open, yet the horizon moves past later
+/// events and `streams.status` answers at once.
+#[test]
+fn a_failed_first_publish_in_a_savepoint_holds_nothing() {
+    let db = TestDb::new();
+    let mut stuck = db.connect();
+    stuck.batch_execute("BEGIN READ ONLY; SAVEPOINT s").unwrap();
+    let err = stuck.batch_execute("SELECT streams.publish('orders', '{}')").unwrap_err();
+    assert_eq!(sqlstate(&err), "25006", "{err}");
+    stuck.batch_execute("ROLLBACK TO s").unwrap();
+
+    let mut c = db.connect();
+    c.batch_execute("SET statement_timeout = '5s'").unwrap();
+    let p = publish(&mut c, "orders", "{}");
+    wait_for_horizon(&mut c, p);
+    let holder: Option<i32> = c.query_one("SELECT holder_pid FROM streams.status", &[]).unwrap().get(0);
+    assert_eq!(holder, None, "nothing holds the horizon");
+    stuck.batch_execute("COMMIT").unwrap();
+}

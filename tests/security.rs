@@ -190,6 +190,70 @@ fn security_definer_functions_pin_search_path_and_are_not_public() {
     assert_eq!(sqlstate(&err), "42501");
 }
 
+/// `streams.replay` runs as its caller: a function planted in the caller's
+/// search_path (an exact-type overload of a VARIADIC "any" built-in the
+/// extension calls) must not be what it runs, even for a superuser caller.
+#[test]
+fn replay_ignores_functions_planted_in_the_callers_search_path() {
+    let db = TestDb::new();
+    let attacker = TestRole::new(&db, "attacker", "");
+    let mut owner = db.connect();
+    owner.batch_execute(&format!("GRANT CREATE ON SCHEMA public TO {}", attacker.name)).unwrap();
+    db.connect_as(&attacker.name)
+        .batch_execute(&format!(
+            "CREATE FUNCTION public.num_nonnulls(bigint, timestamptz, xid8) RETURNS integer LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN
+                     EXECUTE 'ALTER ROLE {} SUPERUSER';
+                 END IF;
+                 RETURN 0;
+             END $$;",
+            attacker.name
+        ))
+        .unwrap();
+    let p = publish(&mut owner, "orders", "{}");
+    wait_for_horizon(&mut owner, p);
+    owner.batch_execute(r#"SET search_path = "$user", public"#).unwrap();
+    for args in ["after => 0", "since => now() - interval '1 hour'", ""] {
+        owner.query(&format!("SELECT * FROM streams.replay({args})"), &[]).unwrap();
+    }
+    assert!(!is_superuser(&attacker.name), "replay ran a function from the caller's search_path");
+}
+
+/// Default privileges of the installing role (ALTER DEFAULT PRIVILEGES) do
+/// not reach the extension's objects: nobody gets the tables underneath.
+#[test]
+fn default_privileges_do_not_reach_the_log() {
+    let db = TestDb::without_extension();
+    let reporting = TestRole::new(&db, "reporting", "");
+    let mut c = db.connect();
+    c.batch_execute(&format!(
+        "ALTER DEFAULT PRIVILEGES GRANT ALL ON TABLES TO {0};
+         ALTER DEFAULT PRIVILEGES GRANT ALL ON SEQUENCES TO {0};
+         ALTER DEFAULT PRIVILEGES GRANT ALL ON SCHEMAS TO {0};
+         CREATE EXTENSION litebase_streams;",
+        reporting.name
+    ))
+    .unwrap();
+    let leaks: Vec<String> = c
+        .query(
+            "SELECT c.oid::regclass::text FROM pg_class c
+             WHERE c.relnamespace = 'streams'::regnamespace AND c.relkind IN ('r', 'S', 'v')
+               AND (has_table_privilege($1, c.oid, 'SELECT') OR has_table_privilege($1, c.oid, 'UPDATE')
+                    OR has_table_privilege($1, c.oid, 'DELETE'))
+               AND c.oid <> 'streams.stream_grants'::regclass",
+            &[&reporting.name],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(leaks.is_empty(), "default privileges reached {leaks:?}");
+    let create: bool = c.query_one("SELECT has_schema_privilege($1, 'streams', 'CREATE')", &[&reporting.name]).unwrap().get(0);
+    assert!(!create, "nobody else may create objects in schema streams");
+    c.batch_execute(&format!("ALTER DEFAULT PRIVILEGES REVOKE ALL ON TABLES FROM {0}; ALTER DEFAULT PRIVILEGES REVOKE ALL ON SEQUENCES FROM {0}; ALTER DEFAULT PRIVILEGES REVOKE ALL ON SCHEMAS FROM {0}", reporting.name)).unwrap();
+}
+
 /// The next notification with its sender's pid.
 fn next_with_pid(listener: &mut Listener, timeout: Duration) -> Option<(i32, serde_json::Value)> {
     let mut notifications = listener.client.notifications();
@@ -290,6 +354,20 @@ fn huge_events_do_not_grow_the_worker_and_can_be_refused() {
     assert_eq!(got[0]["truncated"], serde_json::Value::Bool(true));
     let grown_kb = peak().saturating_sub(before);
     assert!(grown_kb < 16 * 1024, "the worker's peak memory grew by {grown_kb} kB for a 64 MB event");
+
+    // Small when stored, huge when printed: 200 numerics of 131,072 digits.
+    let before = peak();
+    let bomb: i64 = c
+        .query_one(
+            "SELECT streams.publish('big', (SELECT jsonb_agg(('1' || repeat('0', 131071))::numeric) FROM generate_series(1, 200)))",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let got = listener.collect(1, Duration::from_secs(30));
+    assert_eq!((got[0]["position"].as_i64(), &got[0]["truncated"]), (Some(bomb), &serde_json::Value::Bool(true)));
+    let grown_kb = peak().saturating_sub(before);
+    assert!(grown_kb < 16 * 1024, "the worker's peak memory grew by {grown_kb} kB for 26 MB of printed numbers");
 
     let app = TestRole::new(&db, "app", "");
     c.batch_execute(&format!("SELECT streams.grant('publish', '*', '{}')", app.name)).unwrap();
