@@ -123,6 +123,11 @@ FROM (SELECT NULL) AS one LEFT JOIN streams.horizon_state h ON true";
 
 const READ_STATE_V0_1: &str = "SELECT streams.horizon(), streams.horizon(), streams._newest_position()";
 
+/// The previous event of a stream, for an event whose stream the worker has
+/// not notified since it started.
+const PREVIOUS: &str = "SELECT pg_catalog.max(e.position) FROM streams.event_log e
+                        WHERE e.stream = $1 COLLATE \"C\" AND e.position < $2";
+
 /// Read with the same fresh snapshot as the events it applies to, so an
 /// event published after `set_private` committed is always sent without data.
 const READ_PRIVATE: &str = "SELECT pg_catalog.array_agg(p.stream::text) FROM streams.private_streams p";
@@ -171,6 +176,7 @@ struct Plans {
     schema: Schema,
     read_state: OwnedPreparedStatement,
     read_private: OwnedPreparedStatement,
+    previous: OwnedPreparedStatement,
     fetch: OwnedPreparedStatement,
     mark: OwnedPreparedStatement,
     save: OwnedPreparedStatement,
@@ -178,6 +184,50 @@ struct Plans {
 
 thread_local! {
     static PLANS: RefCell<Option<Rc<Plans>>> = const { RefCell::new(None) };
+    static LAST_NOTIFIED: RefCell<LastNotified> = RefCell::new(LastNotified::default());
+}
+
+/// The last position the worker notified per stream, for the `prev` field of
+/// payloads (a listener that saw another last position on that stream missed
+/// something). Bounded: when full it starts over, and a stream it does not
+/// know is looked up in the log.
+#[derive(Default)]
+struct LastNotified {
+    /// The `streams.event_log` these positions belong to.
+    log: pg_sys::Oid,
+    by_stream: std::collections::HashMap<String, i64>,
+}
+
+const LAST_NOTIFIED_CAPACITY: usize = 10_000;
+
+impl LastNotified {
+    /// The previous event of `stream` before `position`: from memory when it
+    /// is below `position` (an entry at or above it comes from an attempt
+    /// that rolled back), else from the log.
+    fn previous(&mut self, client: &SpiClient<'_>, plans: &Plans, stream: &str, position: i64) -> SpiResult<i64> {
+        if let Some(&last) = self.by_stream.get(stream).filter(|&&last| last < position) {
+            return Ok(last);
+        }
+        let row = client.select(&plans.previous, Some(1), &[stream.into(), position.into()])?.first();
+        Ok(row.get::<i64>(1)?.unwrap_or(0))
+    }
+
+    fn record(&mut self, stream: &str, position: i64) {
+        if !self.by_stream.contains_key(stream) && self.by_stream.len() >= LAST_NOTIFIED_CAPACITY {
+            self.by_stream.clear();
+        }
+        self.by_stream.insert(stream.to_owned(), position);
+    }
+}
+
+/// The OID of this database's `streams.event_log`.
+fn event_log_oid() -> pg_sys::Oid {
+    // SAFETY: syscache lookups inside the round's transaction; no ERROR for a
+    // missing name.
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), true);
+        pg_sys::get_relname_relid(c"event_log".as_ptr(), schema)
+    }
 }
 
 fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plans>> {
@@ -193,6 +243,7 @@ fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plans>> {
         schema,
         read_state: client.prepare(read_state, &[])?.keep(),
         read_private: client.prepare(read_private, &[])?.keep(),
+        previous: client.prepare(PREVIOUS, &[PgOid::BuiltIn(PgBuiltInOids::TEXTOID), int8])?.keep(),
         fetch: client.prepare_mut(FETCH, &[int8, int8, int8])?.keep(),
         mark: client.prepare_mut(MARK, &[int8, int8, int8])?.keep(),
         save: client.prepare_mut(save, &[int8, int8])?.keep(),
@@ -267,6 +318,13 @@ fn notify_events(
     let mut rows = client.update(&plans.fetch, None, &[after.into(), upto.into(), batch_size.into()])?;
     let fetched = rows.len() as i64;
     let mut last = after;
+    let log = event_log_oid();
+    LAST_NOTIFIED.with(|l| {
+        let mut l = l.borrow_mut();
+        if l.log != log {
+            *l = LastNotified { log, ..Default::default() };
+        }
+    });
     while let Some(row) = rows.next() {
         let position = row.get::<i64>(1)?.unwrap_or_default();
         let stream = row.get::<&str>(2)?.unwrap_or_default();
@@ -274,7 +332,9 @@ fn notify_events(
         let time_us = row.get::<pgrx::datum::TimestampWithTimeZone>(4)?.map_or(0, unix_micros);
         let is_private = private.iter().any(|p| pattern_matches(p, stream));
         let data = if is_private { None } else { rows.get_datum_by_ordinal(5)?.and_then(|d| jsonb_text(d)) };
-        let event = Event { position, stream, time_us, tx, data: data.as_deref(), private: is_private };
+        let prev = LAST_NOTIFIED.with(|l| l.borrow_mut().previous(client, plans, stream, position))?;
+        LAST_NOTIFIED.with(|l| l.borrow_mut().record(stream, position));
+        let event = Event { position, stream, time_us, tx, prev, data: data.as_deref(), private: is_private };
         let payload = encode_payload(&event)
             .unwrap_or_else(|e| error!("event {position} has data that is not valid JSON: {e}"));
         let channel = CString::new(stream).expect("stream names hold no NUL");

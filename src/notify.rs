@@ -3,8 +3,10 @@
 //!
 //! A stream's name is also its LISTEN channel, so names obey PostgreSQL's channel
 //! limit (63 bytes) and a character set that needs no quoting surprises in any
-//! client. A payload is the event as compact JSON; when it would not fit in one
-//! notification it is sent without `data` and marked `"truncated": true`.
+//! client. A payload is the event as compact JSON, with `prev`, the position
+//! of the stream's previous event (so a listener can tell it missed one);
+//! when it would not fit in one notification it is sent without `data` and
+//! marked `"truncated": true`.
 
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -95,6 +97,8 @@ pub struct Event<'a> {
     /// Commit time, microseconds since the Unix epoch.
     pub time_us: i64,
     pub tx: i64,
+    /// The position of the previous event of the same stream, 0 if none.
+    pub prev: i64,
     /// The event's data as JSON text (jsonb's output form); `None` when it
     /// is too large to send anyway (the worker does not even read it).
     pub data: Option<&'a str>,
@@ -108,6 +112,7 @@ struct Payload<'a> {
     stream: &'a str,
     time: String,
     tx: i64,
+    prev: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     data: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -155,6 +160,7 @@ pub fn encode_payload(event: &Event<'_>) -> Result<String, serde_json::Error> {
         stream: event.stream,
         time: format_time(event.time_us),
         tx: event.tx,
+        prev: event.prev,
         data: None,
         truncated: false,
         private: event.private,
@@ -233,7 +239,7 @@ mod tests {
     }
 
     fn event(data: &str) -> Event<'_> {
-        Event { position: 7, stream: "payment.success", time_us: 1_700_000_000_000_001, tx: 812, data: Some(data), private: false }
+        Event { position: 7, stream: "payment.success", time_us: 1_700_000_000_000_001, tx: 812, prev: 3, data: Some(data), private: false }
     }
 
     #[test]
@@ -271,7 +277,7 @@ mod tests {
         let payload = encode_payload(&event(r#"{"amount": 49.00, "order_id": "ord_123"}"#)).unwrap();
         assert_eq!(
             payload,
-            r#"{"position":7,"stream":"payment.success","time":"2023-11-14T22:13:20.000001Z","tx":812,"data":{"amount":49.00,"order_id":"ord_123"}}"#
+            r#"{"position":7,"stream":"payment.success","time":"2023-11-14T22:13:20.000001Z","tx":812,"prev":3,"data":{"amount":49.00,"order_id":"ord_123"}}"#
         );
     }
 

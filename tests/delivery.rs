@@ -152,6 +152,34 @@ fn set(keys: &[&str]) -> BTreeSet<String> {
     keys.iter().map(|k| k.to_string()).collect()
 }
 
+/// Each payload names the previous event of its stream (`prev`), across
+/// streams interleaved on the timeline and across a worker restart, so a
+/// listener that saw another last position on a stream knows it missed one.
+#[test]
+fn each_payload_names_the_previous_event_of_its_stream() {
+    let db = TestDb::new();
+    let mut listener = Listener::new(&db, &["a", "b"]);
+    let mut c = db.connect();
+    let a1 = publish(&mut c, "a", "{}");
+    let b1 = publish(&mut c, "b", "{}");
+    let a2 = publish(&mut c, "a", "{}");
+    let prevs = |listener: &mut Listener, n: usize| -> Vec<(i64, i64)> {
+        listener
+            .collect(n, Duration::from_secs(10))
+            .iter()
+            .map(|e| (e["position"].as_i64().unwrap(), e["prev"].as_i64().unwrap()))
+            .collect()
+    };
+    assert_eq!(prevs(&mut listener, 3), vec![(a1, 0), (b1, 0), (a2, a1)]);
+
+    let worker = db.wait_for_worker();
+    admin().execute("SELECT pg_terminate_backend($1)", &[&worker]).unwrap();
+    common::wait_until("a new worker", Duration::from_secs(20), || db.wait_for_worker() != worker);
+    let b2 = publish(&mut c, "b", "{}");
+    let a3 = publish(&mut c, "a", "{}");
+    assert_eq!(prevs(&mut listener, 2), vec![(b2, b1), (a3, a2)], "after a restart, from the log");
+}
+
 #[test]
 fn commit_delivers_the_exact_payload() {
     let db = TestDb::new();
@@ -167,7 +195,8 @@ fn commit_delivers_the_exact_payload() {
     let payload = json(&raw);
     let stored = get_event(&mut client, position);
 
-    assert_eq!(keys(&payload), set(&["position", "stream", "time", "tx", "data"]), "payload: {raw}");
+    assert_eq!(keys(&payload), set(&["position", "stream", "time", "tx", "prev", "data"]), "payload: {raw}");
+    assert_eq!(payload["prev"].as_i64(), Some(0), "the stream's first event: {raw}");
     assert_eq!(payload["position"].as_i64(), Some(stored.position), "payload: {raw}");
     assert_eq!(payload["stream"].as_str(), Some(stored.stream.as_str()), "payload: {raw}");
     assert_eq!(stored.stream, "payment.success");
@@ -245,7 +274,7 @@ fn large_event_arrives_truncated_and_get_returns_it_whole() {
     assert!(d.raw.len() <= 7999, "payload is {} bytes, over the 7999-byte limit", d.raw.len());
     assert_eq!(d.json["truncated"], Value::Bool(true), "payload: {}", d.raw);
     assert!(d.json.get("data").is_none(), "truncated payload still has data: {}", d.raw);
-    assert_eq!(keys(&d.json), set(&["position", "stream", "time", "tx", "truncated"]), "payload: {}", d.raw);
+    assert_eq!(keys(&d.json), set(&["position", "stream", "time", "tx", "prev", "truncated"]), "payload: {}", d.raw);
 
     let stored = get_event(&mut client, position);
     assert_eq!(d.json["stream"].as_str(), Some("files.uploaded"));

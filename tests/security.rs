@@ -276,7 +276,7 @@ fn forged_notifications_are_told_apart_by_the_sender_pid() {
     let mut reader_client = db.connect_as(&reader.name);
     let worker_pid: i32 = reader_client.query_one("SELECT streams.worker_pid()", &[]).unwrap().get(0);
     assert_eq!(worker_pid, db.wait_for_worker(), "worker_pid() names the worker");
-    let mut listener = Listener { client: reader_client };
+    let mut listener = Listener::from_client(reader_client);
     listener.client.batch_execute("LISTEN \"payment.success\"").unwrap();
 
     db.connect_as(&forger.name)

@@ -189,9 +189,13 @@ pub fn sqlstate(err: &postgres::Error) -> String {
     err.code().map(|c| c.code().to_owned()).unwrap_or_else(|| format!("no SQLSTATE: {err}"))
 }
 
-/// A client that LISTENs on some channels.
+/// A client that LISTENs on some channels and, following the README's client
+/// rule, accepts a notification only from the database's worker (it re-reads
+/// `streams.worker_pid()` when the sender differs, since the worker may have
+/// restarted, and fails the test when it still differs).
 pub struct Listener {
     pub client: Client,
+    worker_pid: Option<i32>,
 }
 
 impl Listener {
@@ -200,14 +204,41 @@ impl Listener {
         for channel in channels {
             client.batch_execute(&format!("LISTEN \"{channel}\"")).unwrap();
         }
-        Listener { client }
+        Listener { client, worker_pid: None }
     }
 
     /// The next notification's (channel, payload), or None after `timeout`.
     pub fn next(&mut self, timeout: Duration) -> Option<(String, String)> {
-        let mut notifications = self.client.notifications();
-        let mut it = notifications.timeout_iter(timeout);
-        it.next().unwrap().map(|n| (n.channel().to_owned(), n.payload().to_owned()))
+        let (pid, channel, payload) = {
+            let mut notifications = self.client.notifications();
+            let mut it = notifications.timeout_iter(timeout);
+            let n = it.next().unwrap()?;
+            (n.process_id(), n.channel().to_owned(), n.payload().to_owned())
+        };
+        if Some(pid) != self.worker_pid {
+            // 0.1.0 databases have no worker_pid(): nothing to check against.
+            self.worker_pid =
+                self.client.query_one("SELECT streams.worker_pid()", &[]).ok().and_then(|r| r.get::<_, Option<i32>>(0));
+            if self.worker_pid.is_some() && Some(pid) != self.worker_pid {
+                // A worker that was just replaced has left pg_stat_activity; a
+                // live sender that is not a worker is a forger.
+                let sender: Option<String> = self
+                    .client
+                    .query_opt("SELECT backend_type FROM pg_stat_activity WHERE pid = $1", &[&pid])
+                    .unwrap()
+                    .map(|r| r.get(0));
+                assert!(
+                    sender.is_none() || sender.as_deref() == Some("litebase_streams worker"),
+                    "a notification sent by a {sender:?} process, not the worker: {payload}"
+                );
+            }
+        }
+        Some((channel, payload))
+    }
+
+    /// A listener over an existing client (which LISTENs already).
+    pub fn from_client(client: Client) -> Listener {
+        Listener { client, worker_pid: None }
     }
 
     /// The positions of the next `count` notifications (fewer if `timeout`
