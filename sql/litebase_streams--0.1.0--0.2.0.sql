@@ -145,6 +145,13 @@ COMMENT ON TABLE streams.private_streams IS 'Stream names or patterns whose noti
 SELECT pg_catalog.pg_extension_config_dump('streams.stream_grants', '');
 SELECT pg_catalog.pg_extension_config_dump('streams.private_streams', '');
 
+-- The planner's estimate for the privilege test in streams.events: it keeps
+-- every row (see src/privileges.rs).
+CREATE FUNCTION streams._stream_matches_support(internal) RETURNS internal
+LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'litebase_streams_matches_support';
+ALTER FUNCTION streams._stream_matches(text, text[]) SUPPORT streams._stream_matches_support;
+COMMENT ON FUNCTION streams._stream_matches_support(internal) IS 'Internal: planner support for _stream_matches (the privilege test keeps every row).';
+
 -- streams._reads_all() -> boolean
 -- Whether the current user reads every stream: a superuser, a member of the
 -- extension's owner, or a holder of a 'read' grant on '*'.
@@ -180,6 +187,22 @@ LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 COMMENT ON FUNCTION streams._may_publish(text) IS 'Internal: whether the current user may publish to the stream.';
 
+-- Who reads which events: row-level security on the log. Readers query
+-- streams.events (a security_invoker view) or the log itself and see the
+-- same rows: final events (position <= horizon) of the streams granted to
+-- them. The owner and superusers bypass it (the view keeps the horizon test
+-- for them). As security quals, these run before any condition of the
+-- caller's that is not leakproof, so a function in the caller's WHERE
+-- clause never sees a hidden row; comparisons on position, stream, time and
+-- tx are leakproof and still drive index scans. The privilege test runs
+-- once per query (the sub-selects become InitPlans): a role that reads
+-- every stream pays one boolean test per row.
+ALTER TABLE streams.event_log ENABLE ROW LEVEL SECURITY;
+CREATE POLICY readable ON streams.event_log FOR SELECT USING (
+    (position > coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)) IS NOT TRUE
+    AND ((SELECT streams._reads_all()) OR streams._stream_matches(stream, (SELECT streams._read_patterns())))
+);
+
 -- SECURITY DEFINER: a reader needs no access to streams.horizon_state.
 CREATE OR REPLACE FUNCTION streams.horizon() RETURNS bigint
 LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -203,12 +226,11 @@ LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 COMMENT ON FUNCTION streams._newest_position() IS 'Internal: the newest allocated position, final or not.';
 
-CREATE OR REPLACE VIEW streams.events WITH (security_barrier) AS
+CREATE OR REPLACE VIEW streams.events WITH (security_invoker = true) AS
 SELECT e.position, e.stream, t.committed_at AS "time", e.tx, e.data
 FROM streams.event_log e
 LEFT JOIN streams.transactions t ON t.tx = e.tx
-WHERE (e.position > coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)) IS NOT TRUE
-  AND ((SELECT streams._reads_all()) OR streams._stream_matches(e.stream, (SELECT streams._read_patterns())));
+WHERE (e.position > coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)) IS NOT TRUE;
 
 -- streams.publish(stream text, data jsonb) -> bigint
 -- Append one event in the caller's transaction and return its position. It
@@ -271,7 +293,8 @@ BEGIN
     VALUES (to_role, privilege, stream) ON CONFLICT DO NOTHING;
     EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA streams TO %s', to_role);
     IF privilege = 'read' THEN
-        EXECUTE pg_catalog.format('GRANT SELECT ON streams.events TO %s', to_role);
+        EXECUTE pg_catalog.format(
+            'GRANT SELECT ON streams.events, streams.event_log, streams.transactions, streams.horizon_state TO %s', to_role);
         EXECUTE pg_catalog.format(
             'GRANT EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
                  streams.horizon(), streams.worker_pid(), streams.log_id(),
@@ -301,7 +324,9 @@ BEGIN
     removed := FOUND;
     IF NOT EXISTS (SELECT FROM streams.stream_grants g WHERE g.grantee = from_role AND g.privilege = revoke.privilege) THEN
         IF privilege = 'read' THEN
-            EXECUTE pg_catalog.format('REVOKE SELECT ON streams.events FROM %s', from_role);
+            EXECUTE pg_catalog.format(
+                'REVOKE SELECT ON streams.events, streams.event_log, streams.transactions, streams.horizon_state FROM %s',
+                from_role);
             EXECUTE pg_catalog.format(
                 'REVOKE EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
                      streams.horizon(), streams.worker_pid(), streams.log_id(),

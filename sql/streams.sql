@@ -127,6 +127,13 @@ COMMENT ON TABLE streams.private_streams IS 'Stream names or patterns whose noti
 SELECT pg_catalog.pg_extension_config_dump('streams.stream_grants', '');
 SELECT pg_catalog.pg_extension_config_dump('streams.private_streams', '');
 
+-- The planner's estimate for the privilege test in streams.events: it keeps
+-- every row (see src/privileges.rs).
+CREATE FUNCTION streams._stream_matches_support(internal) RETURNS internal
+LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'litebase_streams_matches_support';
+ALTER FUNCTION streams._stream_matches(text, text[]) SUPPORT streams._stream_matches_support;
+COMMENT ON FUNCTION streams._stream_matches_support(internal) IS 'Internal: planner support for _stream_matches (the privilege test keeps every row).';
+
 -- streams._reads_all() -> boolean
 -- Whether the current user reads every stream: a superuser, a member of the
 -- extension's owner, or a holder of a 'read' grant on '*'.
@@ -161,6 +168,22 @@ LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
                      AND streams._stream_matches(_may_publish.stream, ARRAY[g.stream::text]))
 $$;
 COMMENT ON FUNCTION streams._may_publish(text) IS 'Internal: whether the current user may publish to the stream.';
+
+-- Who reads which events: row-level security on the log. Readers query
+-- streams.events (a security_invoker view) or the log itself and see the
+-- same rows: final events (position <= horizon) of the streams granted to
+-- them. The owner and superusers bypass it (the view keeps the horizon test
+-- for them). As security quals, these run before any condition of the
+-- caller's that is not leakproof, so a function in the caller's WHERE
+-- clause never sees a hidden row; comparisons on position, stream, time and
+-- tx are leakproof and still drive index scans. The privilege test runs
+-- once per query (the sub-selects become InitPlans): a role that reads
+-- every stream pays one boolean test per row.
+ALTER TABLE streams.event_log ENABLE ROW LEVEL SECURITY;
+CREATE POLICY readable ON streams.event_log FOR SELECT USING (
+    (position > coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)) IS NOT TRUE
+    AND ((SELECT streams._reads_all()) OR streams._stream_matches(stream, (SELECT streams._read_patterns())))
+);
 
 -------------------------------------------------------------------------------
 -- Reading
@@ -207,17 +230,13 @@ COMMENT ON FUNCTION streams._newest_position() IS 'Internal: the newest allocate
 -- range it guesses to be tiny, nor rewrites it back into one (as it would a
 -- NOT), and it guesses it keeps most rows, which it does. Ordered scans then
 -- stay ordered instead of sorting.
--- The privilege test runs once per query (the two sub-selects become
--- InitPlans): a role that reads every stream pays one boolean test per row.
--- security_barrier: the caller's own conditions run after it unless they are
--- leakproof (comparisons on position, stream, time and tx are), so a
--- function in the caller's WHERE never sees an event it may not read.
-CREATE VIEW streams.events WITH (security_barrier) AS
+-- security_invoker: the rows a reader sees are decided by the log's
+-- row-level security (above), as that reader.
+CREATE VIEW streams.events WITH (security_invoker = true) AS
 SELECT e.position, e.stream, t.committed_at AS "time", e.tx, e.data
 FROM streams.event_log e
 LEFT JOIN streams.transactions t ON t.tx = e.tx
-WHERE (e.position > coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)) IS NOT TRUE
-  AND ((SELECT streams._reads_all()) OR streams._stream_matches(e.stream, (SELECT streams._read_patterns())));
+WHERE (e.position > coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)) IS NOT TRUE;
 
 COMMENT ON VIEW streams.events IS 'Final events: position, stream, time (commit time), tx (xid8), data.';
 COMMENT ON COLUMN streams.events.position IS 'Place on the database''s global timeline; readers never see a lower one appear later.';
@@ -366,7 +385,8 @@ BEGIN
     VALUES (to_role, privilege, stream) ON CONFLICT DO NOTHING;
     EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA streams TO %s', to_role);
     IF privilege = 'read' THEN
-        EXECUTE pg_catalog.format('GRANT SELECT ON streams.events TO %s', to_role);
+        EXECUTE pg_catalog.format(
+            'GRANT SELECT ON streams.events, streams.event_log, streams.transactions, streams.horizon_state TO %s', to_role);
         EXECUTE pg_catalog.format(
             'GRANT EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
                  streams.horizon(), streams.worker_pid(), streams.log_id(),
@@ -396,7 +416,9 @@ BEGIN
     removed := FOUND;
     IF NOT EXISTS (SELECT FROM streams.stream_grants g WHERE g.grantee = from_role AND g.privilege = revoke.privilege) THEN
         IF privilege = 'read' THEN
-            EXECUTE pg_catalog.format('REVOKE SELECT ON streams.events FROM %s', from_role);
+            EXECUTE pg_catalog.format(
+                'REVOKE SELECT ON streams.events, streams.event_log, streams.transactions, streams.horizon_state FROM %s',
+                from_role);
             EXECUTE pg_catalog.format(
                 'REVOKE EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
                      streams.horizon(), streams.worker_pid(), streams.log_id(),

@@ -23,6 +23,7 @@ mod gucs;
 mod hold;
 mod horizon;
 mod kept_plan;
+mod launcher;
 mod notify;
 mod pg_decls;
 mod privileges;
@@ -60,7 +61,7 @@ pub extern "C-unwind" fn _PG_init() {
         publish::init();
         utility::init();
     }
-    worker::init();
+    launcher::init();
 }
 
 /// Everything the extension needs from the server's configuration.
@@ -91,13 +92,15 @@ fn _require_preload() {
 fn _launch_worker() -> bool {
     require_preload().or_raise();
     let (db, xid) = unsafe { (pg_sys::MyDatabaseId, pg_sys::GetTopTransactionId()) };
-    let launched = worker::launch(db, Some(xid.into_inner()));
+    shmem::claim_db(db);
+    let launched = launcher::launch(db, Some(xid.into_inner()));
     if !launched {
+        shmem::wake_launcher();
         ereport!(
             PgLogLevel::WARNING,
-            PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-            "litebase_streams: no free background worker slot; events are stored but not delivered live",
-            "Raise max_worker_processes and restart the server."
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
+            "litebase_streams: no free background worker slot; events are stored but stay invisible until a worker runs",
+            "Raise max_worker_processes and restart the server. The launcher retries every second."
         );
     }
     launched

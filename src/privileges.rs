@@ -145,6 +145,27 @@ pub fn at_transaction_end(committed_or_prepared: bool) {
     }
 }
 
+/// `streams._stream_matches_support(internal)`: the planner support function
+/// of `_stream_matches`. It tells the planner that the privilege test keeps
+/// every row: for a reader granted `'*'` (and for the owner) it does, and
+/// with PostgreSQL's default guess (a third) ordered replays of large ranges
+/// would be planned as full scans and sorts instead of index scans.
+#[pg_guard]
+#[no_mangle]
+pub unsafe extern "C-unwind" fn litebase_streams_matches_support(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    // SAFETY: the planner calls a support function with one internal
+    // argument, a request node it owns; we only write the answer field of
+    // the request type we check for.
+    let request = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0).cast_mut_ptr::<pg_sys::Node>();
+    if !request.is_null() && (*request).type_ == pg_sys::NodeTag::T_SupportRequestSelectivity {
+        (*(request as *mut pg_sys::SupportRequestSelectivity)).selectivity = 1.0;
+        return pg_sys::Datum::from(request);
+    }
+    pg_sys::Datum::from(0usize)
+}
+
+crate::pg_decls::function_info_v1!(pg_finfo_litebase_streams_matches_support);
+
 /// `streams._stream_matches(stream, patterns)`: whether `stream` is selected
 /// by any of `patterns` (exact names, `prefix.*`, `*`). Used by the
 /// `streams.events` view and `streams._may_publish`.

@@ -247,6 +247,31 @@ fn announce() {
     });
     slot.begin(db);
     PUBLISHING.with(|p| p.set(Some(Publishing { slot, worker })));
+    warn_without_worker(worker);
+}
+
+/// No worker serves this database: ask the launcher for one, and say so when
+/// it is because no background worker slot is free (events are stored but
+/// invisible until a worker runs).
+fn warn_without_worker(worker: Option<&'static DbEntry>) {
+    use std::sync::atomic::Ordering;
+    let starved = match worker {
+        Some(entry) if entry.worker_pid.load(Ordering::Acquire) == 0 => {
+            entry.needs_worker.store(true, Ordering::Release);
+            shmem::wake_launcher();
+            entry.no_slot.load(Ordering::Acquire)
+        }
+        Some(_) => false,
+        None => true, // more databases than worker slots
+    };
+    if starved {
+        ereport!(
+            PgLogLevel::WARNING,
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
+            "litebase_streams: no background worker serves this database, so new events stay invisible",
+            "No free background worker slot: raise max_worker_processes and restart the server. The launcher retries every second."
+        );
+    }
 }
 
 /// Clear the slot and wake the worker. Atomics and `SetLatch` only.

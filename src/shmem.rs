@@ -44,6 +44,10 @@ pub struct DbEntry {
     pub state: AtomicU32,
     /// See [`NotifyState`]: whether the last attempt to send notifications failed.
     pub notify_state: AtomicU32,
+    /// A publisher found no worker here: the launcher should start one.
+    pub needs_worker: AtomicBool,
+    /// The last attempt to start this database's worker found no free slot.
+    pub no_slot: AtomicBool,
 }
 
 /// Whether notifications are going out. Visibility never depends on it: the
@@ -95,6 +99,8 @@ struct Header {
     db_lock: AtomicBool,
     /// Bumped when a transaction that changed stream grants commits.
     acl_generation: AtomicU64,
+    /// pgprocno of the launcher, -1 when none: publishers set its latch.
+    launcher_procno: AtomicI32,
 }
 
 static mut SHARED: *mut Header = std::ptr::null_mut();
@@ -154,6 +160,7 @@ unsafe extern "C-unwind" fn startup_hook() {
         for entry in db_entries_of(header) {
             entry.worker_procno.store(-1, Ordering::Relaxed);
         }
+        (*header).launcher_procno.store(-1, Ordering::Relaxed);
     }
     SHARED = base as *mut Header;
 }
@@ -197,6 +204,39 @@ pub fn bump_acl_generation() {
     }
 }
 
+/// Record the launcher's pgprocno so publishers can wake it.
+pub fn set_launcher(procno: i32) {
+    unsafe { (*header()).launcher_procno.store(procno, Ordering::Release) };
+}
+
+/// Wake the launcher. Atomics and `SetLatch` only.
+pub fn wake_launcher() {
+    let procno = unsafe { (*header()).launcher_procno.load(Ordering::Acquire) };
+    if procno >= 0 {
+        // SAFETY: a valid pgprocno of a live process (the launcher keeps it
+        // while it runs); setting a latch never fails.
+        unsafe {
+            let proc_ = (*pg_sys::ProcGlobal).allProcs.add(procno as usize);
+            pg_sys::SetLatch(&raw mut (*proc_).procLatch);
+        }
+    }
+}
+
+/// Databases whose publishers found no worker and that still have none.
+pub fn databases_needing_a_worker() -> Vec<pg_sys::Oid> {
+    db_entries_of(header())
+        .iter()
+        .filter(|e| {
+            let db = e.db.load(Ordering::Acquire);
+            db != 0
+                && e.needs_worker.load(Ordering::Acquire)
+                && e.worker_pid.load(Ordering::Acquire) == 0
+                && !e.stop.load(Ordering::Acquire)
+        })
+        .map(|e| pg_sys::Oid::from(e.db.load(Ordering::Acquire)))
+        .collect()
+}
+
 /// The entry of database `db`, if one was claimed.
 pub fn find_db(db: pg_sys::Oid) -> Option<&'static DbEntry> {
     db_entries_of(header()).iter().find(|e| e.db.load(Ordering::Acquire) == db.to_u32())
@@ -227,6 +267,8 @@ impl DbEntry {
             return false;
         }
         self.worker_procno.store(procno, Ordering::Release);
+        self.needs_worker.store(false, Ordering::Release);
+        self.no_slot.store(false, Ordering::Release);
         true
     }
 
@@ -242,6 +284,8 @@ impl DbEntry {
         self.horizon.store(0, Ordering::Relaxed);
         self.delivered.store(0, Ordering::Relaxed);
         self.notify_state.store(0, Ordering::Relaxed);
+        self.needs_worker.store(false, Ordering::Relaxed);
+        self.no_slot.store(false, Ordering::Relaxed);
         self.db.store(0, Ordering::Release);
     }
 

@@ -51,6 +51,7 @@ fn _worker_status() -> TableIterator<
     let state = match running {
         Some(e) => WorkerState::name(e.state.load(Ordering::Relaxed)),
         None if unsafe { pg_sys::RecoveryInProgress() } => "standby",
+        None if entry.is_some_and(|e| e.no_slot.load(Ordering::Acquire)) => "no worker slot",
         None => "not running",
     };
     let delivered = running.map(|e| e.delivered.load(Ordering::Relaxed) as i64);

@@ -8,15 +8,9 @@
 //! then computes the new horizon and delivers what became final. An idle poll
 //! (`litebase_streams.idle_poll`) is only a safety net.
 //!
-//! Workers are started three ways:
-//!
-//! * at server start by the *launcher*, a static worker that connects to no
-//!   database, lists the databases from `pg_database` and starts a worker for
-//!   each. A worker in a database without the extension exits at once;
-//! * by `CREATE EXTENSION` (`streams._launch_worker()`), which passes its own
-//!   transaction id: the new worker waits for that transaction to end before it
-//!   looks for the extension, so it never races the creating transaction;
-//! * by the postmaster, one second after a worker died with exit code 1.
+//! Workers are started by the launcher (launcher.rs) and by `CREATE
+//! EXTENSION`, and by the postmaster one second after a worker died with exit
+//! code 1.
 //!
 //! Only one worker serves a database: it claims the database's shared entry,
 //! and a second worker that finds the entry taken waits briefly (a worker of a
@@ -39,81 +33,8 @@ use pgrx::prelude::*;
 
 use crate::delivery::{self, Phase, Round};
 use crate::gucs;
+use crate::launcher;
 use crate::shmem::{self, DbEntry, NotifyState, WorkerState};
-
-const LIBRARY: &str = "litebase_streams";
-const WORKER_TYPE: &str = "litebase_streams worker";
-
-/// Register the launcher. Call only from `_PG_init` during preload.
-pub fn init() {
-    BackgroundWorkerBuilder::new("litebase_streams launcher")
-        .set_type("litebase_streams launcher")
-        .set_library(LIBRARY)
-        .set_function("litebase_streams_launcher_main")
-        .enable_spi_access()
-        .set_restart_time(None)
-        .load();
-}
-
-/// Start the worker of database `db`. `after_xid`: wait for this transaction
-/// to end before looking for the extension. Returns false when no background
-/// worker slot is free.
-pub fn launch(db: pg_sys::Oid, after_xid: Option<u32>) -> bool {
-    BackgroundWorkerBuilder::new(&format!("litebase_streams worker for database {}", db.to_u32()))
-        .set_type(WORKER_TYPE)
-        .set_library(LIBRARY)
-        .set_function("litebase_streams_worker_main")
-        .enable_spi_access()
-        .set_restart_time(Some(Duration::from_secs(1)))
-        .set_argument(Some(pg_sys::Datum::from(db.to_u32())))
-        .set_extra(&after_xid.map(|x| x.to_string()).unwrap_or_default())
-        .load_dynamic()
-        .is_ok()
-}
-
-#[pg_guard]
-#[no_mangle]
-pub extern "C-unwind" fn litebase_streams_launcher_main(_arg: pg_sys::Datum) {
-    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
-    BackgroundWorker::connect_worker_to_spi(None, None);
-    for db in connectable_databases() {
-        if !launch(db, None) {
-            warning!(
-                "litebase_streams: no background worker slot for database {}; raise max_worker_processes",
-                db.to_u32()
-            );
-        }
-    }
-}
-
-/// Every database that accepts connections, read straight from the shared
-/// catalog (the launcher is connected to no database, so SQL is not available).
-fn connectable_databases() -> Vec<pg_sys::Oid> {
-    let mut found = Vec::new();
-    unsafe {
-        pg_sys::SetCurrentStatementStartTimestamp();
-        pg_sys::StartTransactionCommand();
-        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-        let rel = pg_sys::table_open(pg_sys::DatabaseRelationId, pg_sys::AccessShareLock as i32);
-        let scan = pg_sys::table_beginscan_catalog(rel, 0, std::ptr::null_mut());
-        loop {
-            let tuple = pg_sys::heap_getnext(scan, pg_sys::ScanDirection::ForwardScanDirection);
-            if tuple.is_null() {
-                break;
-            }
-            let data = (*tuple).t_data;
-            let form = (data as *const u8).add((*data).t_hoff as usize) as *const pg_sys::FormData_pg_database;
-            if (*form).datallowconn && !(*form).datistemplate {
-                found.push((*form).oid);
-            }
-        }
-        pg_sys::table_endscan(scan);
-        pg_sys::table_close(rel, pg_sys::AccessShareLock as i32);
-        pg_sys::PopActiveSnapshot();
-        pg_sys::CommitTransactionCommand();
-    }
-    found
-}
 
 #[pg_guard]
 #[no_mangle]
@@ -419,6 +340,6 @@ pub fn after_drop(db: pg_sys::Oid, dropped: bool, was_running: bool) {
         }
     }
     if !dropped && was_running {
-        launch(db, None);
+        launcher::launch(db, None);
     }
 }

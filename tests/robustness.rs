@@ -16,6 +16,7 @@ use common::*;
 fn worker_pins_its_session_settings() {
     let db = TestDb::new();
     let mut owner = db.connect();
+    let mut listener = Listener::new(&db, &["orders"]);
     owner
         .batch_execute(&format!(
             "ALTER DATABASE {0} SET default_transaction_isolation = 'repeatable read';
@@ -32,17 +33,18 @@ fn worker_pins_its_session_settings() {
     admin().execute("SELECT pg_terminate_backend($1)", &[&old]).unwrap();
     wait_until("a new worker starts under the hostile settings", Duration::from_secs(20), || db.wait_for_worker() != old);
 
-    let mut listener = Listener::new(&db, &["orders"]);
+    // Clients undo the hostile settings in their startup packet, which
+    // outranks the database's; the worker has to do it on its own.
+    let mut sane = db.config();
+    sane.options(
+        "-c default_transaction_read_only=off -c statement_timeout=0 -c lock_timeout=0 \
+         -c default_transaction_isolation=read\\ committed -c synchronous_commit=on",
+    );
     let publishers: Vec<_> = (0..8)
         .map(|i| {
-            let config = db.config();
+            let config = sane.clone();
             std::thread::spawn(move || {
                 let mut c = config.connect(postgres::NoTls).unwrap();
-                c.batch_execute(
-                    "SET default_transaction_read_only = off; SET statement_timeout = 0; SET lock_timeout = 0;
-                     SET default_transaction_isolation = 'read committed'; SET synchronous_commit = on",
-                )
-                .unwrap();
                 (0..50).map(|n| publish(&mut c, "orders", &format!(r#"{{"p":{i},"n":{n}}}"#))).collect::<Vec<i64>>()
             })
         })
@@ -54,8 +56,7 @@ fn worker_pins_its_session_settings() {
     assert!(received.windows(2).all(|w| w[0] < w[1]), "in order, once each");
     assert_eq!(received.iter().copied().collect::<BTreeSet<i64>>(), committed);
 
-    let mut reader = db.connect();
-    reader.batch_execute("SET statement_timeout = 0; SET default_transaction_read_only = off").unwrap();
+    let mut reader = sane.connect(postgres::NoTls).unwrap();
     let untimed: i64 = reader.query_one("SELECT count(*) FROM streams.events WHERE time IS NULL", &[]).unwrap().get(0);
     let visible: i64 = reader.query_one("SELECT count(*) FROM streams.events", &[]).unwrap().get(0);
     assert_eq!((visible, untimed), (committed.len() as i64, 0), "all visible, each with its commit time");
@@ -167,4 +168,53 @@ fn a_failed_first_publish_in_a_savepoint_holds_nothing() {
     let holder: Option<i32> = c.query_one("SELECT holder_pid FROM streams.status", &[]).unwrap().get(0);
     assert_eq!(holder, None, "nothing holds the horizon");
     stuck.batch_execute("COMMIT").unwrap();
+}
+
+/// A publisher whose first position waits on the sequence's lock (someone
+/// holds ALTER SEQUENCE open) stalls neither `streams.status` nor the worker,
+/// and `pg_cancel_backend` ends its wait without leaving anything held.
+#[test]
+fn a_publisher_waiting_for_the_sequence_stalls_nobody() {
+    let db = TestDb::new();
+    let first = publish(&mut db.connect(), "orders", "{}");
+    let mut locker = db.connect();
+    locker.batch_execute("BEGIN; ALTER SEQUENCE streams.position_seq CACHE 1").unwrap();
+    let config = db.config();
+    let waiting = std::thread::spawn(move || {
+        let mut c = config.connect(postgres::NoTls).unwrap();
+        c.batch_execute("SELECT streams.publish('orders', '{}')")
+    });
+    let pid = || -> Option<i32> {
+        admin()
+            .query_opt(
+                "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'
+                   AND query LIKE '%streams.publish%'",
+                &[&db.name],
+            )
+            .unwrap()
+            .map(|r| r.get(0))
+    };
+    wait_until("the publisher waits for the sequence", Duration::from_secs(20), || pid().is_some());
+    let publisher = pid().unwrap();
+
+    let config = db.config();
+    let status = std::thread::spawn(move || {
+        let mut c = config.connect(postgres::NoTls).unwrap();
+        c.query_one("SELECT worker_state, holder_pid FROM streams.status", &[]).map(|r| r.get::<_, Option<i32>>(1))
+    });
+    wait_until("streams.status answers while the publisher waits", Duration::from_secs(10), || status.is_finished());
+    assert_eq!(status.join().unwrap().unwrap(), Some(publisher), "status names the waiting publisher");
+
+    admin().execute("SELECT pg_cancel_backend($1)", &[&publisher]).unwrap();
+    wait_until("the cancelled publish returns", Duration::from_secs(10), || waiting.is_finished());
+    let err = waiting.join().unwrap().unwrap_err();
+    assert_eq!(sqlstate(&err), "57014", "{err}");
+    locker.batch_execute("COMMIT").unwrap();
+
+    let mut c = db.connect();
+    let p = publish(&mut c, "orders", "{}");
+    assert!(p > first);
+    wait_for_horizon(&mut c, p);
+    let holder: Option<i32> = c.query_one("SELECT holder_pid FROM streams.status", &[]).unwrap().get(0);
+    assert_eq!(holder, None, "the cancelled publisher holds nothing");
 }

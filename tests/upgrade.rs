@@ -231,36 +231,55 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
     assert!(snapshot.iter().all(|e| e.2.is_some()), "every event has a time: {snapshot:?}");
 
     let mut listener = Listener::new(&db, &["orders"]);
-    // A publishing transaction left open across the update holds the horizon.
+    // A publishing transaction open when the update starts. 0.2.0 turns on
+    // row-level security on the log, which takes an exclusive lock for a
+    // moment: the update waits for the transaction, and its event keeps its
+    // place on the timeline.
     let mut holder = db.connect();
     holder.batch_execute("BEGIN").unwrap();
     let held = publish(&mut holder, "orders", r#"{"held":true}"#);
     assert!(held > newest_before);
+    let config = db.config();
+    let updater = std::thread::spawn(move || update_chain(&mut config.connect(postgres::NoTls).unwrap()));
+    wait_until("the update waits for the open publishing transaction", WAIT, || {
+        admin()
+            .query_opt(
+                "SELECT 1 FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'
+                   AND query LIKE 'ALTER EXTENSION%'",
+                &[&db.name],
+            )
+            .unwrap()
+            .is_some()
+    });
+    // (Nothing reads the extension's tables here: the waiting update holds
+    // some of them locked until it gets the log.)
+    holder.batch_execute("COMMIT").unwrap();
+    updater.join().expect("the update completes once the transaction ends");
+    assert_eq!(extversion(&mut admin_c), default_version(), "the update chain ends at the default version");
+    wait_for_horizon(&mut admin_c, held);
+    let with_held = events(&mut admin_c);
+    assert_eq!(&with_held[..snapshot.len()], &snapshot[..], "the update keeps every event: position, stream, time, tx and data");
+    assert_eq!(with_held[snapshot.len()..].iter().map(|e| e.0).collect::<Vec<_>>(), vec![held]);
 
-    update_chain(&mut admin_c);
-
-    assert_eq!(events(&mut admin_c), snapshot, "the update keeps every event: position, stream, time, tx and data");
-
-    // After the update, another session publishes and commits.
+    // After the update, a transaction left open holds the horizon as before.
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN").unwrap();
+    let held2 = publish(&mut holder, "orders", r#"{"held2":true}"#);
     let mut other = db.connect();
     let later = publish(&mut other, "orders", r#"{"later":true}"#);
-    assert!(later > held, "the sequence continues across the update: {later} after {held}");
+    assert!(later > held2 && held2 > held, "the sequence continues across the update");
     let holder_pid: i32 = holder.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
     wait_until("streams.status shows the later event allocated", WAIT, || status_row(&mut admin_c).0 >= later);
     wait_until("streams.status names the open transaction as the holder", WAIT, || {
         let row = admin_c
             .query_one("SELECT holder_pid, holder_position FROM streams.status", &[])
             .unwrap();
-        row.get::<_, Option<i32>>(0) == Some(holder_pid) && row.get::<_, Option<i64>>(1) == Some(held)
+        row.get::<_, Option<i32>>(0) == Some(holder_pid) && row.get::<_, Option<i64>>(1) == Some(held2)
     });
     wait_until("the worker is idle", WAIT, || status_row(&mut admin_c).1.as_deref() == Some("idle"));
     let h = horizon(&mut admin_c);
-    assert!(h < held, "the transaction open across the update still holds the horizon: {h} >= {held}");
-    assert_eq!(
-        events(&mut admin_c),
-        snapshot,
-        "neither the held event {held} nor the later one {later} is visible while the transaction is open"
-    );
+    assert!(h < held2, "the open transaction holds the horizon: {h} >= {held2}");
+    assert_eq!(events(&mut admin_c), with_held, "neither {held2} nor {later} is visible while the transaction is open");
 
     holder.batch_execute("COMMIT").unwrap();
     wait_for_horizon(&mut admin_c, later);
@@ -268,15 +287,15 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
     assert_eq!(&after[..snapshot.len()], &snapshot[..], "older events unchanged");
     assert_eq!(
         after[snapshot.len()..].iter().map(|e| e.0).collect::<Vec<_>>(),
-        vec![held, later],
-        "once the held transaction commits, both events are visible"
+        vec![held, held2, later],
+        "once the transactions commit, their events are visible in position order"
     );
     assert!(after.iter().all(|e| e.2.is_some()), "every event has a time: {after:?}");
 
     let worker_pid: Option<i32> = admin_c.query_one("SELECT streams.worker_pid()", &[]).unwrap().get(0);
     let worker_pid = worker_pid.expect("streams.worker_pid() names the running worker");
     let mut received = Vec::new();
-    while received.len() < 2 {
+    while received.len() < 3 {
         match next_received(&mut listener, WAIT) {
             Some(n) => received.push(n),
             None => break,
@@ -284,15 +303,16 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
     }
     assert_eq!(
         received.iter().map(|n| n.position).collect::<Vec<_>>(),
-        vec![held, later],
-        "the listener receives the held event, then the later one"
+        vec![held, held2, later],
+        "the listener receives the held events, then the later one, in order"
     );
     for n in &received {
         assert_eq!(n.pid, worker_pid, "notification {} was sent by streams.worker_pid()", n.payload);
         assert_eq!(n.payload["stream"], "orders");
     }
     assert_eq!(received[0].payload["data"], serde_json::json!({"held": true}));
-    assert_eq!(received[1].payload["data"], serde_json::json!({"later": true}));
+    assert_eq!(received[1].payload["data"], serde_json::json!({"held2": true}));
+    assert_eq!(received[2].payload["data"], serde_json::json!({"later": true}));
 
     // The roles of 0.1.0 now hold grants on every stream.
     let grants: Vec<(String, String, String)> = admin_c
@@ -375,9 +395,9 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
 
     // Dump the updated database and restore it into a new one.
     let final_events = events(&mut admin_c);
-    let expected: Vec<i64> = before.iter().copied().chain([held, later]).chain(published_after.iter().copied()).collect();
+    let expected: Vec<i64> = before.iter().copied().chain([held, held2, later]).chain(published_after.iter().copied()).collect();
     assert_eq!(final_events.iter().map(|e| e.0).collect::<Vec<_>>(), expected);
-    assert_eq!(&final_events[..snapshot.len() + 2], &after[..], "the snapshot and the two later events, unchanged");
+    assert_eq!(&final_events[..snapshot.len() + 3], &after[..], "the snapshot and the three later events, unchanged");
     let log_id: String = admin_c.query_one("SELECT streams.log_id()::text", &[]).unwrap().get(0);
     let dump = ScratchFile::new(&format!("{}.dump", db.name));
     run_pg_tool("pg_dump", &["-Fc", "-f", dump.path(), "-d", &db.name]);
@@ -387,9 +407,9 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
     assert_eq!(extversion(&mut r), default_version(), "the restore installs the default version");
     let restored_events = events(&mut r);
     assert_eq!(
-        &restored_events[..snapshot.len() + 2],
+        &restored_events[..snapshot.len() + 3],
         &after[..],
-        "the restored database has the snapshot and the two later events (position, stream, time, tx, data)"
+        "the restored database has the snapshot and the three later events (position, stream, time, tx, data)"
     );
     assert_eq!(restored_events, final_events, "the restored database has every event");
     let restored_log_id: String = r.query_one("SELECT streams.log_id()::text", &[]).unwrap().get(0);
