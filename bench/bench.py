@@ -985,7 +985,7 @@ def shortfall_notes(res, top, pub, plain, notif, cpu_med, cpu_us):
             f"({cpu_us('publish', top) / cpu_us('plain', top):.2f}x). The delivery worker "
             f"alone took {cpu_med('publish', top, 'worker'):.0f}% of one CPU (per round it inserts "
             "into `streams.transactions`, NOTIFYs each event and updates `streams.horizon_state`); "
-            "most of the rest is the publish path itself (SECURITY DEFINER call, position "
+            "most of the rest is the publish path itself (privilege check, position "
             "allocation, the INSERT through SPI). The Python LISTEN client used another "
             f"{cpu_med('publish', top, 'listener'):.0f}% of one CPU, outside the server.")
     if any(n.startswith("publish vs INSERT + pg_notify") for n in short):
@@ -1297,14 +1297,19 @@ def write_report(res, out_dir):
     w("")
     w("| query | rows | server | events/s | vs raw | count(\\*): events/s | vs raw | to client: events/s | vs raw |")
     w("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for key, base in [("replay", "raw"), ("view", "raw"), ("raw", "raw"),
-                      ("replay_stream", "raw_stream"), ("raw_stream", "raw_stream")]:
+    rows = [("replay", "raw"), ("replay_granted", "raw"), ("view", "raw"), ("raw", "raw"),
+            ("replay_stream", "raw_stream"), ("replay_stream_prefix", "raw_stream"), ("raw_stream", "raw_stream")]
+    for key, base in [r for r in rows if r[0] in rep["labels"]]:
         e = rep["events_per_s"]
         t = med(rep["times_s"]["server"][key])
         w(f"| {rep['labels'][key]}: `{rep['sql'][key]}` | {f0(rep['rows'][key])} | "
           f"{t * 1000:,.0f} ms | {f0(e['server'][key])} | {fx(e['server'][key] / e['server'][base])} | "
           f"{f0(e['count'][key])} | {fx(e['count'][key] / e['count'][base])} | "
           f"{f0(e['copy'][key])} | {fx(e['copy'][key] / e['copy'][base])} |")
+    w("")
+    w("The rows \"as a role granted ...\" run the same query after `SET ROLE` to a role that is "
+      "neither owner nor superuser: row-level security on the log applies the read grants "
+      "(`'*'`: one boolean test per row; a prefix: a pattern match per row).")
     w("")
     w(f"Plans: `{res['log_dir']}/replay-plans.txt`.")
     w("")
