@@ -55,11 +55,17 @@ fn refresh_database_setting() {
         return;
     }
     LAST_REFRESH.with(|l| l.set(Some(now)));
+    // The database's setting if it has one, else the configuration file's,
+    // else the default: a RESET takes effect too.
     let value = Spi::get_one::<String>(
-        "SELECT pg_catalog.split_part(s.setting, '=', 2)
-         FROM pg_catalog.pg_db_role_setting d, pg_catalog.unnest(d.setconfig) AS s(setting)
-         WHERE d.setdatabase = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())
-           AND d.setrole = 0 AND s.setting LIKE 'litebase\\_streams.hold\\_timeout=%'",
+        "SELECT coalesce(
+             (SELECT pg_catalog.split_part(s.setting, '=', 2)
+              FROM pg_catalog.pg_db_role_setting d, pg_catalog.unnest(d.setconfig) AS s(setting)
+              WHERE d.setdatabase = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())
+                AND d.setrole = 0 AND s.setting LIKE 'litebase\\_streams.hold\\_timeout=%'),
+             (SELECT f.setting FROM pg_catalog.pg_file_settings f
+              WHERE f.name = 'litebase_streams.hold_timeout' AND f.applied ORDER BY f.seqno DESC LIMIT 1),
+             '0')",
     );
     let value = match value {
         Ok(Some(v)) => v,

@@ -325,6 +325,19 @@ fn hold_timeout_ends_a_transaction_that_holds_the_horizon() {
     assert!(holder.is_closed() || holder.batch_execute("SELECT 1").is_err(), "the holder's session was ended");
     let visible: Vec<i64> = event_positions(&mut owner, "SELECT position FROM streams.events ORDER BY position");
     assert_eq!(visible, vec![later], "the held event never existed, the later one is final (held was {held})");
+
+    // RESET takes effect without restarting the worker.
+    owner.batch_execute(&format!("ALTER DATABASE {} RESET litebase_streams.hold_timeout", db.name)).unwrap();
+    let mut holder = db.connect_as(&app.name);
+    holder.batch_execute("BEGIN").unwrap();
+    holder.query_one("SELECT streams.publish('orders', '{}')", &[]).unwrap();
+    wait_until("the new holder has held the horizon for 3 s", Duration::from_secs(20), || {
+        owner
+            .query_one("SELECT coalesce(extract(epoch FROM holder_age), 0) > 3 FROM streams.status", &[])
+            .unwrap()
+            .get::<_, bool>(0)
+    });
+    holder.batch_execute("COMMIT").expect("with hold_timeout reset, the session lives on");
     owner.batch_execute(&format!("ALTER DATABASE {} RESET ALL", db.name)).unwrap();
 }
 
