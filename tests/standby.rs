@@ -1,0 +1,150 @@
+//! Hot standbys: a streaming replica made with `pg_basebackup -R` serves
+//! `streams.events`, `replay`, `get` and `status` read-only, respects the
+//! horizon (a publishing transaction held open on the primary hides the same
+//! events on the standby), and once promoted starts its worker and delivers.
+//!
+//! A test binary of its own: it copies the whole test cluster.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::*;
+use postgres::{Client, Config, NoTls};
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run the tests with `make test`"))
+}
+
+/// A standby of the test cluster, stopped and removed on drop.
+struct Standby {
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Standby {
+    fn start() -> Standby {
+        let bindir = env("LITEBASE_STREAMS_PG_BINDIR");
+        let dir = PathBuf::from(env("LITEBASE_STREAMS_SCRATCH_DIR")).join(format!("standby-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let data = dir.to_str().unwrap().to_owned();
+        let ok = as_server_user(&format!("{bindir}/pg_basebackup"))
+            .args(["-D", &data, "-R", "-c", "fast", "-X", "stream", "-U", "postgres"])
+            .args(["-h", &env("LITEBASE_STREAMS_PGHOST"), "-p", &env("LITEBASE_STREAMS_PGPORT")])
+            .status()
+            .expect("pg_basebackup runs");
+        assert!(ok.success(), "pg_basebackup");
+        let standby = Standby { dir, port };
+        let options = format!("-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={data}");
+        let ok = as_server_user(&format!("{bindir}/pg_ctl"))
+            .args(["-D", &data, "-l", &format!("{data}/standby.log"), "-w", "-t", "60", "-o", &options, "start"])
+            .env_remove("RUST_BACKTRACE")
+            .status()
+            .expect("pg_ctl runs");
+        assert!(ok.success(), "the standby starts");
+        standby
+    }
+
+    fn config(&self, db: &str) -> Config {
+        let mut config = Config::new();
+        config.host("127.0.0.1").port(self.port).user("postgres").dbname(db);
+        config
+    }
+
+    fn connect(&self, db: &str) -> Client {
+        self.config(db).connect(NoTls).expect("connect to the standby")
+    }
+
+    fn pg_ctl(&self, args: &[&str]) {
+        let bindir = env("LITEBASE_STREAMS_PG_BINDIR");
+        let ok = as_server_user(&format!("{bindir}/pg_ctl"))
+            .args(["-D", self.dir.to_str().unwrap(), "-w", "-t", "60"])
+            .args(args)
+            .status()
+            .expect("pg_ctl runs");
+        assert!(ok.success(), "pg_ctl {args:?} on the standby");
+    }
+}
+
+impl Drop for Standby {
+    fn drop(&mut self) {
+        let bindir = env("LITEBASE_STREAMS_PG_BINDIR");
+        let _ = as_server_user(&format!("{bindir}/pg_ctl"))
+            .args(["-D", self.dir.to_str().unwrap(), "-m", "immediate", "stop"])
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Wait until the standby has replayed everything the primary wrote so far.
+fn catch_up(primary: &mut Client, standby: &mut Client) {
+    let lsn: String = primary.query_one("SELECT pg_current_wal_insert_lsn()::text", &[]).unwrap().get(0);
+    wait_until("the standby replays the primary's WAL", Duration::from_secs(30), || {
+        standby
+            .query_one("SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn", &[&lsn])
+            .unwrap()
+            .get::<_, bool>(0)
+    });
+}
+
+fn positions(client: &mut Client, sql: &str) -> Vec<i64> {
+    client.query(sql, &[]).unwrap().iter().map(|r| r.get(0)).collect()
+}
+
+#[test]
+fn a_standby_serves_final_events_and_a_promoted_one_delivers() {
+    let db = TestDb::new();
+    let mut primary = db.connect();
+    let first: Vec<i64> = (0..3).map(|n| publish(&mut primary, "orders", &format!(r#"{{"n":{n}}}"#))).collect();
+    wait_for_horizon(&mut primary, first[2]);
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN").unwrap();
+    let held = publish(&mut holder, "orders", r#"{"held":true}"#);
+    let later = publish(&mut primary, "orders", r#"{"later":true}"#);
+    wait_until("the primary's worker has seen the later commit", Duration::from_secs(20), || {
+        primary.query_one("SELECT newest_position FROM streams.status", &[]).unwrap().get::<_, i64>(0) >= later
+    });
+
+    let standby = Standby::start();
+    let mut s = standby.connect(&db.name);
+    catch_up(&mut primary, &mut s);
+    assert_eq!(positions(&mut s, "SELECT position FROM streams.events ORDER BY position"), first, "held and later stay hidden");
+    assert_eq!(positions(&mut s, "SELECT position FROM streams.replay(after => 0)"), first);
+    let got: Option<i64> = s.query_one("SELECT (streams.get($1)).position", &[&first[1]]).unwrap().get(0);
+    assert_eq!(got, Some(first[1]));
+    let (state, horizon): (String, i64) = {
+        let row = s.query_one("SELECT worker_state, horizon FROM streams.status", &[]).unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!((state.as_str(), horizon), ("standby", first[2]), "status works read-only on the standby");
+
+    holder.batch_execute("COMMIT").unwrap();
+    wait_for_horizon(&mut primary, later);
+    catch_up(&mut primary, &mut s);
+    let expected: Vec<i64> = first.iter().copied().chain([held, later]).collect();
+    assert_eq!(positions(&mut s, "SELECT position FROM streams.events ORDER BY position"), expected);
+    let err = s.batch_execute("SELECT streams.publish('orders', '{}')").unwrap_err();
+    assert_eq!(sqlstate(&err), "25006", "publishing on a standby fails clearly: {err}");
+    assert!(!format!("{err:?}").contains("rust_begin_unwind"), "no Rust backtrace reaches the user: {err:?}");
+
+    // Promotion: the launcher starts the worker there, which delivers.
+    standby.pg_ctl(&["promote"]);
+    let mut promoted = standby.connect(&db.name);
+    wait_until("the promoted server runs the database's worker", Duration::from_secs(30), || {
+        promoted.query_one("SELECT worker_pid FROM streams.status", &[]).unwrap().get::<_, Option<i32>>(0).is_some()
+    });
+    let mut listener = standby.connect(&db.name);
+    listener.batch_execute("LISTEN orders").unwrap();
+    let p: i64 = promoted.query_one("SELECT streams.publish('orders', '{\"promoted\":true}')", &[]).unwrap().get(0);
+    assert!(p > later, "positions continue after promotion");
+    wait_until("the event is final on the promoted server", Duration::from_secs(20), || {
+        promoted.query_one("SELECT streams.horizon()", &[]).unwrap().get::<_, i64>(0) >= p
+    });
+    use postgres::fallible_iterator::FallibleIterator;
+    let mut notifications = listener.notifications();
+    let n = notifications.timeout_iter(Duration::from_secs(10)).next().unwrap().expect("a notification");
+    let payload: serde_json::Value = serde_json::from_str(n.payload()).unwrap();
+    assert_eq!(payload["position"].as_i64(), Some(p));
+}
