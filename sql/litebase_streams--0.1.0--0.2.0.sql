@@ -90,6 +90,9 @@ LANGUAGE c AS 'MODULE_PATHNAME', '_worker_status_wrapper';
 
 -- Storage.
 ALTER TABLE streams.horizon_state ADD COLUMN delivered bigint;
+-- The worker summarises new BRIN ranges itself (see streams.sql).
+ALTER INDEX streams.event_log_tx SET (autosummarize = off);
+ALTER INDEX streams.transactions_committed_at SET (autosummarize = off);
 
 CREATE OR REPLACE FUNCTION streams._replay_check(after bigint, since timestamptz, from_tx xid8) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE AS $$

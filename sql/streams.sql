@@ -27,8 +27,10 @@ CREATE INDEX event_log_stream_position ON streams.event_log (stream, position);
 
 -- Lookups by tx use a BRIN index: transaction ids grow with positions, so a
 -- block range summary finds a transaction's events for a few dozen bytes per
--- million events, and publishers pay nothing for it at insert time (new
--- ranges are summarised in the background). PostgreSQL has no BRIN operator
+-- million events, and publishers pay nothing for it at insert time. New
+-- ranges are summarised by the worker every few seconds (autosummarize would
+-- queue one autovacuum request per range, and at high rates that queue
+-- overflows and floods the server log). PostgreSQL has no BRIN operator
 -- class for xid8; this is its minmax one, built from the standard parts.
 CREATE OPERATOR CLASS streams.xid8_minmax_ops FOR TYPE xid8 USING brin AS
     OPERATOR 1 <, OPERATOR 2 <=, OPERATOR 3 =, OPERATOR 4 >=, OPERATOR 5 >,
@@ -37,7 +39,7 @@ CREATE OPERATOR CLASS streams.xid8_minmax_ops FOR TYPE xid8 USING brin AS
     FUNCTION 3 pg_catalog.brin_minmax_consistent(internal, internal, internal),
     FUNCTION 4 pg_catalog.brin_minmax_union(internal, internal, internal);
 CREATE INDEX event_log_tx ON streams.event_log USING brin (tx streams.xid8_minmax_ops)
-    WITH (pages_per_range = 16, autosummarize = on);
+    WITH (pages_per_range = 16, autosummarize = off);
 
 -- One row per publishing transaction, written by the worker as the horizon
 -- passes the transaction's first event: its commit time and first position.
@@ -49,7 +51,7 @@ CREATE TABLE streams.transactions (
 -- The worker writes these rows in commit-time order (nearly), so BRIN finds a
 -- time range as well as a btree would, for next to nothing per row.
 CREATE INDEX transactions_committed_at ON streams.transactions USING brin (committed_at)
-    WITH (pages_per_range = 16, autosummarize = on);
+    WITH (pages_per_range = 16, autosummarize = off);
 
 -- The persisted horizon: every position at or below it is final. One row,
 -- written by the worker. `delivered`: the last position notified, when

@@ -32,6 +32,7 @@ use pgrx::pg_sys::panic::CaughtError;
 use pgrx::prelude::*;
 
 use crate::delivery::{self, Phase, Round};
+use crate::error::StreamsError;
 use crate::gucs;
 use crate::launcher;
 use crate::shmem::{self, DbEntry, NotifyState, WorkerState};
@@ -156,6 +157,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
     let mut split = false;
     let mut notify_failures = 0u32;
     let mut next_notify = std::time::Instant::now();
+    let mut next_summary = std::time::Instant::now() + SUMMARY_INTERVAL;
     loop {
         if entry.stop.load(Ordering::Acquire) {
             return; // exit 0: DROP DATABASE is waiting for us
@@ -185,6 +187,10 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                     continue; // the batch limit cut the round short
                 }
                 entry.set_state(WorkerState::Idle);
+                if std::time::Instant::now() >= next_summary {
+                    next_summary = std::time::Instant::now() + SUMMARY_INTERVAL;
+                    summarize_new_ranges();
+                }
                 gucs::idle_poll()
             }
             Err(failure) => {
@@ -227,6 +233,35 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
         if !wait.is_zero() && !BackgroundWorker::wait_latch(Some(wait)) {
             unsafe { pg_sys::proc_exit(1) };
         }
+    }
+}
+
+/// How often an idle worker summarises new BRIN ranges.
+const SUMMARY_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Summarise the block ranges the log's BRIN indexes have not covered yet
+/// (they are created with autosummarize off: at high rates its per-range
+/// autovacuum requests overflow their queue and flood the server log). A
+/// failure is logged and retried at the next interval.
+fn summarize_new_ranges() {
+    const SUMMARIZE: &str = "SELECT pg_catalog.brin_summarize_new_values(i.oid)
+        FROM pg_catalog.pg_class i
+        WHERE i.relnamespace = 'streams'::pg_catalog.regnamespace AND i.relam = (SELECT a.oid FROM pg_catalog.pg_am a WHERE a.amname = 'brin')";
+    let result = PgTryBuilder::new(AssertUnwindSafe(|| {
+        in_transaction(|| {
+            Spi::run(SUMMARIZE).unwrap_or_else(|e| StreamsError::Internal(format!("summarizing BRIN ranges: {e}")).raise())
+        });
+        Ok(())
+    }))
+    .catch_others(|error| {
+        unsafe { pg_sys::AbortCurrentTransaction() };
+        Err(describe(error))
+    })
+    .execute();
+    match result {
+        // A lock timeout means autovacuum is on the table (and summarises too).
+        Err(failure) if failure.sqlstate != "55P03" => warn_failed("BRIN summarization", &failure, SUMMARY_INTERVAL),
+        _ => {}
     }
 }
 

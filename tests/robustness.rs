@@ -218,3 +218,45 @@ fn a_publisher_waiting_for_the_sequence_stalls_nobody() {
     let holder: Option<i32> = c.query_one("SELECT holder_pid FROM streams.status", &[]).unwrap().get(0);
     assert_eq!(holder, None, "the cancelled publisher holds nothing");
 }
+
+/// At a high publish rate the log's BRIN indexes neither flood the server
+/// log ("request for BRIN range summarization ... was not recorded", one line
+/// per range once autovacuum's request queue is full) nor stay unsummarised:
+/// the worker summarises new ranges, so a lookup by tx reads one range, not
+/// the whole new tail of the table.
+#[test]
+fn brin_ranges_are_summarised_without_flooding_the_log() {
+    let log = std::env::var("LITEBASE_STREAMS_SERVER_LOG").expect("LITEBASE_STREAMS_SERVER_LOG");
+    let log_size = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    let db = TestDb::new();
+    let mut c = db.connect();
+    c.batch_execute(
+        "DO $$ BEGIN FOR i IN 1..400 LOOP
+             PERFORM count(*) FROM streams.publish_batch('orders',
+                 ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, 1000) g));
+             COMMIT;
+         END LOOP; END $$",
+    )
+    .unwrap();
+    let newest: i64 = c.query_one("SELECT max(position) FROM streams.event_log", &[]).unwrap().get(0);
+    wait_for_horizon(&mut c, newest);
+    let tx: String = c.query_one("SELECT tx::text FROM streams.event_log WHERE position = 1000", &[]).unwrap().get(0);
+    wait_until("a lookup by tx reads a few block ranges, not the unsummarised tail", Duration::from_secs(30), || {
+        let plan: Vec<String> = c
+            .query(&format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT * FROM streams.event_log WHERE tx = '{tx}'"), &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let lossy: i64 = plan
+            .iter()
+            .find_map(|l| l.split("lossy=").nth(1))
+            .and_then(|n| n.split_whitespace().next()?.parse().ok())
+            .unwrap_or(i64::MAX);
+        lossy <= 64
+    });
+    let text = std::fs::read(&log).unwrap_or_default();
+    let added = String::from_utf8_lossy(&text[(log_size as usize).min(text.len())..]).into_owned();
+    let flood = added.lines().filter(|l| l.contains("was not recorded")).count();
+    assert_eq!(flood, 0, "BRIN summarization requests flooded the server log");
+}
