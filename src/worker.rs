@@ -183,14 +183,15 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                 if !split {
                     entry.delivered.store(delivered as u64, Ordering::Relaxed);
                 }
-                if more {
-                    continue; // the batch limit cut the round short
-                }
-                entry.set_state(WorkerState::Idle);
+                // Also between the rounds of a long backlog, not only when idle.
                 if std::time::Instant::now() >= next_summary {
                     next_summary = std::time::Instant::now() + SUMMARY_INTERVAL;
                     summarize_new_ranges();
                 }
+                if more {
+                    continue; // the batch limit cut the round short
+                }
+                entry.set_state(WorkerState::Idle);
                 gucs::idle_poll()
             }
             Err(failure) => {
@@ -236,7 +237,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
     }
 }
 
-/// How often an idle worker summarises new BRIN ranges.
+/// How often the worker summarises new BRIN ranges.
 const SUMMARY_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Summarise the block ranges the log's BRIN indexes have not covered yet

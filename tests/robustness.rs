@@ -241,7 +241,7 @@ fn brin_ranges_are_summarised_without_flooding_the_log() {
     let newest: i64 = c.query_one("SELECT max(position) FROM streams.event_log", &[]).unwrap().get(0);
     wait_for_horizon(&mut c, newest);
     let tx: String = c.query_one("SELECT tx::text FROM streams.event_log WHERE position = 1000", &[]).unwrap().get(0);
-    wait_until("a lookup by tx reads a few block ranges, not the unsummarised tail", Duration::from_secs(30), || {
+    wait_until("a lookup by tx reads a few block ranges, not the unsummarised tail", Duration::from_secs(90), || {
         let plan: Vec<String> = c
             .query(&format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT * FROM streams.event_log WHERE tx = '{tx}'"), &[])
             .unwrap()
