@@ -374,6 +374,31 @@ END
 $$;
 COMMENT ON FUNCTION streams._check_grant(text, text, regrole) IS 'Internal: validates the arguments of streams.grant and streams.revoke.';
 
+-- streams._sql_privileges(privilege text, grant_it boolean, role regrole) -> void
+-- Grants (grant_it) or revokes the SQL privileges a stream privilege takes:
+-- the one list of them, for streams.grant and streams.revoke.
+CREATE FUNCTION streams._sql_privileges(privilege text, grant_it boolean, role regrole) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    objects text[] := CASE privilege
+        WHEN 'read' THEN ARRAY[
+            'SELECT ON streams.events, streams.event_log, streams.transactions, streams.horizon_state',
+            'EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
+                 streams.horizon(), streams.worker_pid(), streams.log_id(), streams._replay_start(timestamptz, xid8)']
+        ELSE ARRAY[
+            'EXECUTE ON FUNCTION streams.publish(text, jsonb), streams.publish_batch(text, jsonb[]),
+                 streams._publish_batch(text, jsonb[])']
+    END;
+    object text;
+BEGIN
+    FOREACH object IN ARRAY objects LOOP
+        EXECUTE CASE WHEN grant_it THEN pg_catalog.format('GRANT %s TO %s', object, role)
+                     ELSE pg_catalog.format('REVOKE %s FROM %s', object, role) END;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION streams._sql_privileges(text, boolean, regrole) IS 'Internal: grants or revokes the SQL privileges a stream privilege takes.';
+
 -- streams.grant(privilege text, stream text, to_role regrole) -> void
 -- Let `to_role` 'read' or 'publish' the streams `stream` selects (a name,
 -- 'prefix.*' or '*'), including the SQL privileges that takes (schema usage,
@@ -386,18 +411,7 @@ BEGIN
     INSERT INTO streams.stream_grants (grantee, privilege, stream)
     VALUES (to_role, privilege, stream) ON CONFLICT DO NOTHING;
     EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA streams TO %s', to_role);
-    IF privilege = 'read' THEN
-        EXECUTE pg_catalog.format(
-            'GRANT SELECT ON streams.events, streams.event_log, streams.transactions, streams.horizon_state TO %s', to_role);
-        EXECUTE pg_catalog.format(
-            'GRANT EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
-                 streams.horizon(), streams.worker_pid(), streams.log_id(),
-                 streams._replay_start(timestamptz, xid8) TO %s', to_role);
-    ELSE
-        EXECUTE pg_catalog.format(
-            'GRANT EXECUTE ON FUNCTION streams.publish(text, jsonb), streams.publish_batch(text, jsonb[]),
-                 streams._publish_batch(text, jsonb[]) TO %s', to_role);
-    END IF;
+    PERFORM streams._sql_privileges(privilege, true, to_role);
     PERFORM streams._acl_changed();
 END
 $$;
@@ -417,19 +431,7 @@ BEGIN
     WHERE g.grantee = from_role AND g.privilege = revoke.privilege AND g.stream = revoke.stream;
     removed := FOUND;
     IF NOT EXISTS (SELECT FROM streams.stream_grants g WHERE g.grantee = from_role AND g.privilege = revoke.privilege) THEN
-        IF privilege = 'read' THEN
-            EXECUTE pg_catalog.format(
-                'REVOKE SELECT ON streams.events, streams.event_log, streams.transactions, streams.horizon_state FROM %s',
-                from_role);
-            EXECUTE pg_catalog.format(
-                'REVOKE EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
-                     streams.horizon(), streams.worker_pid(), streams.log_id(),
-                     streams._replay_start(timestamptz, xid8) FROM %s', from_role);
-        ELSE
-            EXECUTE pg_catalog.format(
-                'REVOKE EXECUTE ON FUNCTION streams.publish(text, jsonb), streams.publish_batch(text, jsonb[]),
-                     streams._publish_batch(text, jsonb[]) FROM %s', from_role);
-        END IF;
+        PERFORM streams._sql_privileges(privilege, false, from_role);
     END IF;
     IF NOT EXISTS (SELECT FROM streams.stream_grants g WHERE g.grantee = from_role) THEN
         EXECUTE pg_catalog.format('REVOKE USAGE ON SCHEMA streams FROM %s', from_role);

@@ -73,13 +73,18 @@ enum Schema {
 /// at most a few times larger than its text).
 const MAX_DATA_READ_BYTES: usize = 8 * MAX_DATA_TEXT_BYTES;
 
-/// The newly final events with their transaction's commit time, inserting a
-/// `streams.transactions` row for each transaction seen for the first time.
-/// When the commit timestamp is gone (truncated before the worker ran), the
-/// row gets the time of this round: the fallback is the only one there is.
-const FETCH: &str = "
+/// The statement head both recording statements share: the newly final
+/// events `ev` (with the given columns), at most `$3` of `($1, $2]`, and
+/// `fresh`, the `streams.transactions` row inserted for each transaction seen
+/// for the first time. When the commit timestamp is gone (truncated before the
+/// worker ran), the row gets the time of this round: the fallback is the only
+/// one there is.
+macro_rules! record_final_events {
+    ($columns:literal) => {
+        concat!(
+            "
 WITH ev AS (
-    SELECT position, stream, tx, data FROM streams.event_log
+    SELECT ", $columns, " FROM streams.event_log
     WHERE position > $1 AND position <= $2
     ORDER BY position LIMIT $3
 ), fresh AS (
@@ -90,32 +95,31 @@ WITH ev AS (
     WHERE NOT EXISTS (SELECT 1 FROM streams.transactions t WHERE t.tx = ev.tx)
     GROUP BY ev.tx
     RETURNING tx, committed_at
-)
+)"
+        )
+    };
+}
+
+/// The newly final events with their transaction's commit time.
+const FETCH: &str = concat!(
+    record_final_events!("position, stream, tx, data"),
+    "
 SELECT ev.position, ev.stream::text, ev.tx::text::bigint,
        coalesce(f.committed_at, t.committed_at), ev.data
 FROM ev
 LEFT JOIN fresh f ON f.tx = ev.tx
 LEFT JOIN streams.transactions t ON t.tx = ev.tx
-ORDER BY ev.position";
+ORDER BY ev.position"
+);
 
 /// Visibility only: record commit times up to `$2`; returns the last
-/// position covered and how many events that was.
-const MARK: &str = "
-WITH ev AS (
-    SELECT position, tx FROM streams.event_log
-    WHERE position > $1 AND position <= $2
-    ORDER BY position LIMIT $3
-), fresh AS (
-    INSERT INTO streams.transactions (tx, committed_at, first_position)
-    SELECT ev.tx, coalesce(pg_catalog.pg_xact_commit_timestamp(ev.tx::xid), pg_catalog.statement_timestamp()),
-           pg_catalog.min(ev.position)
-    FROM ev
-    WHERE NOT EXISTS (SELECT 1 FROM streams.transactions t WHERE t.tx = ev.tx)
-    GROUP BY ev.tx
-    RETURNING 1
-)
+/// position covered, how many events that was, and how many transactions.
+const MARK: &str = concat!(
+    record_final_events!("position, tx"),
+    "
 SELECT (SELECT pg_catalog.max(position) FROM ev), (SELECT pg_catalog.count(*) FROM ev),
-       (SELECT pg_catalog.count(*) FROM fresh)";
+       (SELECT pg_catalog.count(*) FROM fresh)"
+);
 
 const READ_STATE: &str = "
 SELECT h.horizon, coalesce(h.delivered, h.horizon), streams._newest_position()

@@ -31,6 +31,7 @@ pub fn enforce(max_allocated: u64, held: &[(usize, u64)]) {
     refresh_database_setting();
     let Some(timeout) = gucs::hold_timeout() else { return };
     let Some((pid, since)) = shmem::holder_of(procno, low) else { return };
+    // SAFETY: a plain clock read with no preconditions, on the worker's main thread.
     let age = Duration::from_micros(unsafe { pg_sys::GetCurrentTimestamp() }.saturating_sub(since).max(0) as u64);
     if age <= timeout || pid == 0 {
         return;

@@ -28,7 +28,8 @@ impl<const N: usize> KeptPlan<N> {
     /// Execute with `values` (no nulls); raise unless SPI answers `expected`.
     ///
     /// # Safety
-    /// Call between `spi::connect` and `spi::finish`.
+    /// SAFETY: call between `spi::connect` and `spi::finish`, with `values` of `self.types`; the
+    /// plan is kept (SPI_keepplan), so it outlives SPI_finish and the transaction.
     pub unsafe fn execute(&'static self, values: &mut [pg_sys::Datum; N], expected: u32) {
         // The plan cache re-parses a statement under the search_path of the
         // moment whenever it differs from the one it was planned under, so
@@ -80,7 +81,7 @@ pub mod spi {
     use super::*;
 
     /// # Safety
-    /// Pair with [`finish`] in the same function call.
+    /// SAFETY: call inside a transaction, and pair with [`finish`] in the same function call.
     pub unsafe fn connect() {
         if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
             StreamsError::Internal("SPI_connect failed".into()).raise();
@@ -88,7 +89,7 @@ pub mod spi {
     }
 
     /// # Safety
-    /// After [`connect`].
+    /// SAFETY: call after [`connect`], in the same function call.
     pub unsafe fn finish() {
         pg_sys::SPI_finish();
     }
@@ -96,7 +97,8 @@ pub mod spi {
     /// The first column of the first row of the last result, as a bool.
     ///
     /// # Safety
-    /// After a successful SELECT through SPI, before [`finish`].
+    /// SAFETY: call after a successful SELECT through SPI whose first column is a bool, before
+    /// [`finish`]: SPI_tuptable then holds that result.
     pub unsafe fn first_bool() -> Option<bool> {
         let table = pg_sys::SPI_tuptable;
         if table.is_null() || pg_sys::SPI_processed == 0 {

@@ -74,6 +74,7 @@ pub fn launch(db: pg_sys::Oid, after_xid: Option<u32>) -> bool {
 pub extern "C-unwind" fn litebase_streams_launcher_main(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     BackgroundWorker::connect_worker_to_spi(None, None);
+    // SAFETY: MyProc is set for every backend, this worker included, once it is connected.
     shmem::set_launcher(unsafe { (*pg_sys::MyProc).pgprocno });
     let mut pending = connectable_databases();
     let mut last_warning: Option<Instant> = None;

@@ -48,6 +48,7 @@ static PRELOADED: AtomicBool = AtomicBool::new(false);
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     gucs::init();
+    // SAFETY: a backend-global flag set around shared_preload_libraries; only read here.
     if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         return; // CREATE EXTENSION reports what is missing (require_preload)
     }
@@ -56,6 +57,8 @@ pub extern "C-unwind" fn _PG_init() {
     // RUST_BACKTRACE the server was started with (set before any backend or
     // worker is forked, while the postmaster is single-threaded).
     std::env::set_var("RUST_LIB_BACKTRACE", "0");
+    // SAFETY: in the postmaster during shared_preload_libraries (checked above), as these init
+    // functions require: single-threaded, before any backend or worker is forked.
     unsafe {
         shmem::init();
         publish::init();
@@ -67,6 +70,7 @@ pub extern "C-unwind" fn _PG_init() {
 /// Everything the extension needs from the server's configuration.
 pub fn require_preload() -> Result<(), StreamsError> {
     let preloaded = PRELOADED.load(Ordering::Relaxed) && shmem::available();
+    // SAFETY: a PGC_POSTMASTER setting, fixed at server start and only read here.
     let commit_timestamps = unsafe { pg_sys::track_commit_timestamp };
     if preloaded && commit_timestamps {
         Ok(())
@@ -81,6 +85,7 @@ pub fn require_preload() -> Result<(), StreamsError> {
 #[pg_extern(volatile)]
 fn _require_preload() {
     require_preload().or_raise();
+    // SAFETY: a plain read of the database encoding, fixed once this backend connected.
     if unsafe { pg_sys::GetDatabaseEncoding() } != pg_sys::pg_enc::PG_UTF8 as i32 {
         StreamsError::NotUtf8.raise();
     }
@@ -91,6 +96,8 @@ fn _require_preload() {
 #[pg_extern(volatile)]
 fn _launch_worker() -> bool {
     require_preload().or_raise();
+    // SAFETY: MyDatabaseId is set once at connection and only read here; a SQL function runs in a
+    // transaction, and the FFI guard turns GetTopTransactionId's ERROR (read-only) into a panic.
     let (db, xid) = unsafe { (pg_sys::MyDatabaseId, pg_sys::GetTopTransactionId()) };
     shmem::claim_db(db);
     let launched = launcher::launch(db, Some(xid.into_inner()));

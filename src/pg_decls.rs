@@ -8,6 +8,8 @@ use pgrx::pg_sys::{self, ffi::pg_guard_ffi_boundary};
 
 mod raw {
     use super::*;
+    // SAFETY: these match PostgreSQL 15's headers named below; the functions are called only
+    // through pg_guard_ffi_boundary, so an ERROR becomes a Rust panic.
     unsafe extern "C-unwind" {
         // commands/sequence.h
         pub fn nextval_internal(relid: pg_sys::Oid, check_permissions: bool) -> i64;
@@ -24,6 +26,8 @@ mod raw {
 /// round trip through a Rust panic.
 pub mod unguarded {
     use pgrx::pg_sys;
+    // SAFETY: matches tcop/utility.h (PostgreSQL 14+); only utility.rs's Call::next calls it, from
+    // frames that own nothing to drop, so an ERROR may longjmp through them.
     unsafe extern "C-unwind" {
         pub fn standard_ProcessUtility(
             pstmt: *mut pg_sys::PlannedStmt,
@@ -40,16 +44,21 @@ pub mod unguarded {
 
 /// Advance sequence `relid` and return its new value.
 pub fn nextval(relid: pg_sys::Oid) -> i64 {
+    // SAFETY: the closure only calls C and owns nothing, as pg_guard_ffi_boundary requires;
+    // publishers call it on the main thread, inside their transaction, after the privilege check.
     unsafe { pg_guard_ffi_boundary(|| raw::nextval_internal(relid, false)) }
 }
 
 /// Queue a notification, sent when the current transaction commits.
 pub fn notify(channel: &std::ffi::CStr, payload: &std::ffi::CStr) {
+    // SAFETY: the closure only calls C; both strings outlive the call (Async_Notify copies them),
+    // and the only caller, a delivery round, runs inside the worker's transaction.
     unsafe { pg_guard_ffi_boundary(|| raw::Async_Notify(channel.as_ptr(), payload.as_ptr())) }
 }
 
 /// The `max_prepared_transactions` setting.
 pub fn max_prepared_xacts() -> i32 {
+    // SAFETY: a PGC_POSTMASTER setting, fixed at server start and only read here.
     unsafe { raw::max_prepared_xacts }
 }
 

@@ -41,9 +41,12 @@ thread_local! {
 /// Raise 42501 unless the current user may publish to `stream` of the log
 /// whose position sequence is `log`.
 pub fn check_publish(stream: &str, log: pg_sys::Oid) {
+    // SAFETY: a syscache lookup of the current user inside the publishing transaction; pgrx's FFI
+    // guard turns an ERROR into a Rust panic.
     if unsafe { pg_sys::superuser() } {
         return;
     }
+    // SAFETY: reads the backend's current user id, set once it is connected.
     let user = unsafe { pg_sys::GetUserId() }.to_u32();
     refresh_cache();
     let key = (user, log.to_u32(), stream.to_owned());
@@ -53,6 +56,7 @@ pub fn check_publish(stream: &str, log: pg_sys::Oid) {
     let allowed = ask_may_publish(stream);
     // A transaction-snapshot answer may predate a revoke that committed
     // since: use it, but keep only answers read with a fresh snapshot.
+    // SAFETY: a backend-global set when the transaction starts; only read here.
     if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
         return deny_unless(allowed, stream);
     }
@@ -88,6 +92,9 @@ fn refresh_cache() {
     }
 }
 
+/// # Safety
+/// SAFETY: registered with CacheRegisterSyscacheCallback; ignores its arguments and only clears a
+/// thread-local map that is never borrowed across a call into PostgreSQL.
 #[pg_guard]
 unsafe extern "C-unwind" fn forget_cached_answers(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {
     CACHE.with(|c| c.borrow_mut().clear());
@@ -150,6 +157,10 @@ pub fn at_transaction_end(committed_or_prepared: bool) {
 /// every row: for a reader granted `'*'` (and for the owner) it does, and
 /// with PostgreSQL's default guess (a third) ordered replays of large ranges
 /// would be planned as full scans and sorts instead of index scans.
+///
+/// # Safety
+/// SAFETY: only the planner calls it: it is STRICT and no SQL value has type `internal`, so
+/// `fcinfo` is valid and argument 0 is a support request node.
 #[pg_guard]
 #[no_mangle]
 pub unsafe extern "C-unwind" fn litebase_streams_matches_support(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {

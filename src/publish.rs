@@ -42,6 +42,10 @@ thread_local! {
 }
 
 /// Register the transaction callback (preload only: it then lives in every backend).
+///
+/// # Safety
+/// SAFETY: call only from `_PG_init` during shared_preload_libraries, in the single-threaded
+/// postmaster, so every backend it forks inherits the registration.
 pub unsafe fn init() {
     pg_sys::RegisterXactCallback(Some(xact_callback), std::ptr::null_mut());
 }
@@ -49,6 +53,8 @@ pub unsafe fn init() {
 /// The sequence that hands out positions, looked up per call so that a dropped
 /// and recreated extension is picked up.
 fn position_sequence() -> pg_sys::Oid {
+    // SAFETY: catalog lookups inside the publishing transaction, with static C strings; pgrx's FFI
+    // guard turns an ERROR (no streams schema) into a Rust panic.
     unsafe {
         let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), false);
         let seq = pg_sys::get_relname_relid(c"position_seq".as_ptr(), schema);
@@ -63,6 +69,10 @@ fn position_sequence() -> pg_sys::Oid {
 /// sql/log.sql. A C-level function so that the caller's jsonb datum goes
 /// into the INSERT untouched, through a plan prepared once per backend: no
 /// parsing or planning per call, no conversion of the payload.
+///
+/// # Safety
+/// SAFETY: only fmgr calls it, as `streams.publish(text, jsonb)`, so `fcinfo` is valid and holds
+/// those two arguments; `data` is read only after its null check.
 #[pg_guard]
 #[no_mangle]
 pub unsafe extern "C-unwind" fn litebase_streams_publish(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
@@ -84,6 +94,10 @@ pg_decls::function_info_v1!(pg_finfo_litebase_streams_publish);
 /// `streams._publish_batch(stream text, data jsonb[]) → bigint[]`, behind
 /// `streams.publish_batch` (sql/log.sql): one position per element, in
 /// array order, then one INSERT of all rows through a kept plan.
+///
+/// # Safety
+/// SAFETY: only fmgr calls it, as `streams._publish_batch(text, jsonb[])`, so `fcinfo` is valid
+/// and argument 1 is a jsonb[] datum, read after its null check and detoasted before use.
 #[pg_guard]
 #[no_mangle]
 pub unsafe extern "C-unwind" fn litebase_streams_publish_batch(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
@@ -111,6 +125,10 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish_batch(fcinfo: pg_sys::F
 pg_decls::function_info_v1!(pg_finfo_litebase_streams_publish_batch);
 
 /// The elements of a jsonb array without nulls (checked by the caller).
+///
+/// # Safety
+/// SAFETY: `array` must be a detoasted jsonb[] without nulls (no nulls array is passed to
+/// deconstruct_array); the datums point into it, in the current memory context.
 unsafe fn array_elements(array: *mut pg_sys::ArrayType) -> Vec<pg_sys::Datum> {
     let (mut values, mut count) = (std::ptr::null_mut(), 0);
     pg_sys::deconstruct_array(
@@ -149,11 +167,17 @@ static INSERT_BATCH: KeptPlan<4> = KeptPlan {
 
 /// The publishing transaction's xid8 (assigning one if needed).
 fn current_tx() -> pg_sys::Datum {
+    // SAFETY: called during a publish, inside the caller's transaction; pgrx's FFI guard turns an
+    // ERROR (say, a read-only transaction) into a Rust panic.
     pg_sys::Datum::from(unsafe { pg_sys::GetTopFullTransactionId() }.value)
 }
 
 /// Run an INSERT as the owner of the log (the caller's privilege to publish
 /// was checked before).
+///
+/// # Safety
+/// SAFETY: call inside a transaction with `values` of `insert.types` (no nulls); SPI is connected
+/// and finished here, and an ERROR's (sub)transaction abort restores the user id and SPI.
 unsafe fn write_as_owner(sequence: pg_sys::Oid, insert: &'static KeptPlan<4>, mut values: [pg_sys::Datum; 4]) {
     privileges::as_owner(log_owner(sequence), || {
         spi::connect();
@@ -235,6 +259,8 @@ fn next_position(sequence: pg_sys::Oid) -> i64 {
 /// taken, so no worker can compute a horizon past it, and remember it so the
 /// transaction's end clears it, even if the allocation itself fails.
 fn announce() {
+    // SAFETY: MyDatabaseId is set once at connection and only read here; MyProc is set for every
+    // backend once it is connected and points into shared memory.
     let (db, procno) = unsafe { (pg_sys::MyDatabaseId, (*pg_sys::MyProc).pgprocno) };
     let slot = shmem::my_slot(procno).ok_or(StreamsError::NoPublisherSlot(procno)).or_raise();
     // The database's entry never moves while this backend is connected to it.
@@ -284,6 +310,9 @@ fn finish() {
     }
 }
 
+/// # Safety
+/// SAFETY: registered by [`init`]; PostgreSQL calls it with a valid event and our null arg. At
+/// commit and abort it only touches atomics and sets a latch, so it cannot raise there.
 #[pg_guard]
 unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut c_void) {
     use pg_sys::XactEvent::*;

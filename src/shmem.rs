@@ -113,6 +113,8 @@ const SHMEM_NAME: &std::ffi::CStr = c"litebase_streams";
 fn dimensions() -> (u32, u32) {
     // pgprocno covers backends, auxiliary processes and prepared transactions;
     // the margin covers the auxiliary processes.
+    // SAFETY: plain reads of settings fixed at server start; only the shmem hooks call this, after
+    // the postmaster computed MaxBackends.
     let (backends, workers) = unsafe { (pg_sys::MaxBackends, pg_sys::max_worker_processes) };
     let prepared = crate::pg_decls::max_prepared_xacts();
     ((backends + prepared + 16) as u32, workers.max(1) as u32)
@@ -127,6 +129,10 @@ fn layout(n_slots: u32, n_dbs: u32) -> (usize, usize, usize) {
 
 /// Install the shared-memory hooks. Call only from `_PG_init` while
 /// `shared_preload_libraries` is being processed.
+///
+/// # Safety
+/// SAFETY: call only from `_PG_init` during shared_preload_libraries: the postmaster is then
+/// single-threaded, so the `static mut` hook slots have no concurrent reader.
 pub unsafe fn init() {
     PREV_REQUEST_HOOK = pg_sys::shmem_request_hook;
     pg_sys::shmem_request_hook = Some(request_hook);
@@ -134,6 +140,8 @@ pub unsafe fn init() {
     pg_sys::shmem_startup_hook = Some(startup_hook);
 }
 
+/// # Safety
+/// SAFETY: installed by [`init`]; PostgreSQL calls it once, in the single-threaded postmaster.
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn request_hook() {
     if let Some(prev) = PREV_REQUEST_HOOK {
@@ -143,6 +151,9 @@ unsafe extern "C-unwind" fn request_hook() {
     pg_sys::RequestAddinShmemSpace(layout(n_slots, n_dbs).2);
 }
 
+/// # Safety
+/// SAFETY: installed by [`init`]; runs in the postmaster before any child is forked, so the region
+/// from ShmemInitStruct (the size requested above) is initialised before anyone reads it.
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn startup_hook() {
     if let Some(prev) = PREV_STARTUP_HOOK {
@@ -167,16 +178,20 @@ unsafe extern "C-unwind" fn startup_hook() {
 
 /// Whether the shared state exists (the library was preloaded).
 pub fn available() -> bool {
+    // SAFETY: SHARED is written only by the postmaster's startup hook, before any backend forks.
     unsafe { !SHARED.is_null() }
 }
 
 fn header() -> *mut Header {
+    // SAFETY: SHARED is written only by the postmaster's startup hook, before any backend forks.
     let header = unsafe { SHARED };
     assert!(!header.is_null(), "litebase_streams shared memory is not initialised");
     header
 }
 
 fn db_entries_of(header: *mut Header) -> &'static [DbEntry] {
+    // SAFETY: `header` is the ShmemInitStruct region (header() or the startup hook), which lives as
+    // long as the server; the entries follow it at layout()'s offset, n_dbs is written before use.
     unsafe {
         let base = (header as *mut u8).add(layout(0, 0).0) as *const DbEntry;
         std::slice::from_raw_parts(base, (*header).n_dbs as usize)
@@ -185,6 +200,8 @@ fn db_entries_of(header: *mut Header) -> &'static [DbEntry] {
 
 fn slots() -> &'static [PublisherSlot] {
     let header = header();
+    // SAFETY: header() is the ShmemInitStruct region, live as long as the server and sized by the
+    // request hook with the same layout(); n_slots and n_dbs never change after startup.
     unsafe {
         let (_, offset, _) = layout((*header).n_slots, (*header).n_dbs);
         let base = (header as *mut u8).add(offset) as *const PublisherSlot;
@@ -194,27 +211,32 @@ fn slots() -> &'static [PublisherSlot] {
 
 /// The current generation of stream grants (see privileges.rs).
 pub fn acl_generation() -> u64 {
+    // SAFETY: header() points into shared memory that lives as long as the server; an atomic load.
     unsafe { (*header()).acl_generation.load(Ordering::Acquire) }
 }
 
 /// Invalidate every backend's cached publish answers. Atomics only.
 pub fn bump_acl_generation() {
     if available() {
+        // SAFETY: ShmemInitStruct memory (available() above); atomics only: safe at commit.
         unsafe { (*header()).acl_generation.fetch_add(1, Ordering::AcqRel) };
     }
 }
 
 /// Record the launcher's pgprocno so publishers can wake it.
 pub fn set_launcher(procno: i32) {
+    // SAFETY: header() points into shared memory that lives as long as the server; an atomic store.
     unsafe { (*header()).launcher_procno.store(procno, Ordering::Release) };
 }
 
 /// Wake the launcher. Atomics and `SetLatch` only.
 pub fn wake_launcher() {
+    // SAFETY: header() points into shared memory that lives as long as the server; an atomic load.
     let procno = unsafe { (*header()).launcher_procno.load(Ordering::Acquire) };
     if procno >= 0 {
-        // SAFETY: a valid pgprocno of a live process (the launcher keeps it
-        // while it runs); setting a latch never fails.
+        // SAFETY: a pgprocno the launcher recorded; PGPROC entries live as
+        // long as the server, so a stale one (the launcher exited) only sets
+        // an unused latch: a spurious wake-up at worst. SetLatch never fails.
         unsafe {
             let proc_ = (*pg_sys::ProcGlobal).allProcs.add(procno as usize);
             pg_sys::SetLatch(&raw mut (*proc_).procLatch);
@@ -246,6 +268,7 @@ pub fn find_db(db: pg_sys::Oid) -> Option<&'static DbEntry> {
 /// table is full (more databases than `max_worker_processes`).
 pub fn claim_db(db: pg_sys::Oid) -> Option<&'static DbEntry> {
     let header = header();
+    // SAFETY: header() is shared memory that lives as long as the server; db_lock is an AtomicBool.
     let lock = unsafe { &(*header).db_lock };
     while lock.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
         std::hint::spin_loop();
@@ -301,6 +324,9 @@ impl DbEntry {
         }
         let procno = self.worker_procno.load(Ordering::Acquire);
         if procno >= 0 {
+            // SAFETY: a worker stored its own pgprocno here, so it indexes allProcs (shared memory
+            // for the server's life); a stale latch only wakes someone spuriously. SetLatch never
+            // raises: safe in a commit callback.
             unsafe {
                 let proc_ = (*pg_sys::ProcGlobal).allProcs.add(procno as usize);
                 pg_sys::SetLatch(&raw mut (*proc_).procLatch);
@@ -317,6 +343,8 @@ pub fn my_slot(procno: i32) -> Option<&'static PublisherSlot> {
 impl PublisherSlot {
     /// Announce a first publish in database `db`: a position is being taken.
     pub fn begin(&self, db: pg_sys::Oid) {
+        // SAFETY: plain reads of this backend's statement start time and of MyProcPid, which is set
+        // once at process start and only read here.
         self.since.store(unsafe { pg_sys::GetCurrentStatementStartTimestamp() }, Ordering::Relaxed);
         self.pid.store(unsafe { pg_sys::MyProcPid }, Ordering::Relaxed);
         self.db.store(db.to_u32(), Ordering::SeqCst);
@@ -380,7 +408,15 @@ pub fn holder_of(procno: usize, low: u64) -> Option<(i32, i64)> {
     (slot.low.load(Ordering::SeqCst) == low && low != 0).then_some((pid, since))
 }
 
-/// The pid of the process with this pgprocno.
+/// The pid of the process with this pgprocno (0 for one out of range).
 pub fn pid_of(procno: usize) -> i32 {
-    unsafe { (*(*pg_sys::ProcGlobal).allProcs.add(procno)).pid }
+    // SAFETY: ProcGlobal and its allProcs array live in shared memory as long
+    // as the server; the index is checked against allProcCount.
+    unsafe {
+        let global = pg_sys::ProcGlobal;
+        if procno >= (*global).allProcCount as usize {
+            return 0;
+        }
+        (*(*global).allProcs.add(procno)).pid
+    }
 }

@@ -44,12 +44,14 @@ fn _worker_status() -> TableIterator<
 > {
     crate::require_preload().or_raise();
     let newest = newest_position();
+    // SAFETY: MyDatabaseId is set once at connection and only read here.
     let db = unsafe { pg_sys::MyDatabaseId };
     let entry = shmem::find_db(db);
     let pid = entry.map(|e| e.worker_pid.load(Ordering::Acquire)).filter(|&p| p != 0);
     let running = entry.filter(|_| pid.is_some());
     let state = match running {
         Some(e) => WorkerState::name(e.state.load(Ordering::Relaxed)),
+        // SAFETY: reads shared recovery state; callable from any connected backend.
         None if unsafe { pg_sys::RecoveryInProgress() } => "standby",
         None if entry.is_some_and(|e| e.no_slot.load(Ordering::Acquire)) => "no worker slot",
         None => "not running",
@@ -76,6 +78,7 @@ fn worker_pid() -> Option<i32> {
     if !shmem::available() {
         return None;
     }
+    // SAFETY: MyDatabaseId is set once at connection and only read here.
     let entry = shmem::find_db(unsafe { pg_sys::MyDatabaseId })?;
     Some(entry.worker_pid.load(Ordering::Acquire)).filter(|&pid| pid != 0)
 }

@@ -20,6 +20,10 @@ use crate::worker;
 static mut PREV_PROCESS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
 
 /// Install the hook. Call only from `_PG_init` during preload.
+///
+/// # Safety
+/// SAFETY: call only from `_PG_init` during shared_preload_libraries: the postmaster is then
+/// single-threaded, so the `static mut` hook slot has no concurrent reader.
 pub unsafe fn init() {
     PREV_PROCESS_UTILITY = pg_sys::ProcessUtility_hook;
     pg_sys::ProcessUtility_hook = Some(process_utility);
@@ -40,6 +44,9 @@ struct Call {
 }
 
 impl Call {
+    /// # Safety
+    /// SAFETY: `self` holds the arguments ProcessUtility passed to the hook, unchanged; an ERROR
+    /// longjmps through this frame, which is sound because it owns nothing to drop.
     unsafe fn next(self) {
         let Call { pstmt, query, read_only_tree, context, params, query_env, dest, qc } = self;
         match PREV_PROCESS_UTILITY {
@@ -51,6 +58,10 @@ impl Call {
     }
 
     /// The database a DROP DATABASE names, if this is one and it exists.
+    ///
+    /// # Safety
+    /// SAFETY: `self.pstmt` is the valid PlannedStmt ProcessUtility passed; the utility statement's
+    /// node tag is checked before the cast.
     unsafe fn dropped_database(self) -> Option<pg_sys::Oid> {
         let stmt = (*self.pstmt).utilityStmt;
         if stmt.is_null() || (*stmt).type_ != pg_sys::NodeTag::T_DropdbStmt {
@@ -63,6 +74,9 @@ impl Call {
     }
 }
 
+/// # Safety
+/// SAFETY: installed as ProcessUtility_hook, so PostgreSQL calls it with valid arguments. Not
+/// guarded: an ERROR of the next hook longjmps through it, sound as it owns nothing to drop.
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C-unwind" fn process_utility(
     pstmt: *mut pg_sys::PlannedStmt,
@@ -76,26 +90,38 @@ unsafe extern "C-unwind" fn process_utility(
 ) {
     let call = Call { pstmt, query, read_only_tree, context, params, query_env, dest, qc };
     match call.dropped_database() {
-        // A catalog lookup: no ERROR for an existing database.
-        Some(db) if pg_sys::superuser() || pg_sys::pg_database_ownercheck(db, pg_sys::GetUserId()) => {
-            drop_database(&call, db)
-        }
-        _ => call.next(),
+        Some(db) => drop_database(&call, db),
+        None => call.next(),
     }
 }
 
 /// Stop the worker, drop, and restart the worker if the drop failed.
+///
+/// # Safety
+/// SAFETY: `call` points at process_utility's `Call`, valid for this call; #[pg_guard] turns
+/// any panic into an ERROR before it reaches PostgreSQL.
 #[pg_guard]
 unsafe extern "C-unwind" fn drop_database(call: *const Call, db: pg_sys::Oid) {
     let call = *call;
-    let was_running = worker::stop_for_drop(db);
-    // SAFETY: the guard turns an ERROR of the drop into a Rust panic, which
-    // PgTryBuilder catches; nothing in this frame needs dropping.
-    PgTryBuilder::new(AssertUnwindSafe(|| unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| call.next()) }))
-        .catch_others(|error| {
-            worker::after_drop(db, false, was_running);
-            error.rethrow()
-        })
-        .execute();
+    // SAFETY (both calls below): the FFI guard turns an ERROR of the drop
+    // into a Rust panic, which PgTryBuilder catches or #[pg_guard] re-raises;
+    // nothing in this frame needs dropping.
+    // Only for a caller who may drop the database (inside this guarded frame:
+    // the ownership check raises if the database vanished meanwhile).
+    if !(pg_sys::superuser() || pg_sys::pg_database_ownercheck(db, pg_sys::GetUserId())) {
+        return unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| call.next()) };
+    }
+    let was_running = worker::running(db);
+    // A cancel while waiting for the worker to leave, or a failed drop, both
+    // bring the worker back.
+    PgTryBuilder::new(AssertUnwindSafe(|| {
+        worker::stop_for_drop(db);
+        unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| call.next()) }
+    }))
+    .catch_others(|error| {
+        worker::after_drop(db, false, was_running);
+        error.rethrow()
+    })
+    .execute();
     worker::after_drop(db, true, was_running);
 }

@@ -45,6 +45,8 @@ pub extern "C-unwind" fn litebase_streams_worker_main(arg: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(db), None);
 
     if let Ok(xid) = BackgroundWorker::get_extra().parse::<u32>() {
+        // SAFETY: runs inside in_transaction's transaction, as XactLockTableWait requires; a null
+        // relation and ctid are allowed with XLTW_None.
         in_transaction(|| unsafe {
             pg_sys::XactLockTableWait(
                 pg_sys::TransactionId::from(xid),
@@ -117,16 +119,20 @@ fn pin_session_settings() {
 }
 
 fn extension_installed() -> bool {
+    // SAFETY: a catalog lookup (missing_ok, static C string), only called through in_transaction.
     unsafe { pg_sys::get_extension_oid(c"litebase_streams".as_ptr(), true) != pg_sys::InvalidOid }
 }
 
 /// Claim `entry` as its worker, waiting up to a few seconds for a previous
 /// worker (say, of a just-dropped extension) to leave.
 fn attach(entry: &'static DbEntry) -> bool {
+    // SAFETY: MyProcPid is set at process start, MyProc once the backend is connected; only read.
     let (pid, procno) = unsafe { (pg_sys::MyProcPid, (*pg_sys::MyProc).pgprocno) };
     for _ in 0..50 {
         if entry.attach_worker(pid, procno) {
             entry.set_state(WorkerState::Starting);
+            // SAFETY: `entry` is a &'static DbEntry in shared memory that lives as long as the
+            // server, so detach may dereference it at exit.
             unsafe { pg_sys::before_shmem_exit(Some(detach), pg_sys::Datum::from(entry as *const DbEntry)) };
             return true;
         }
@@ -137,6 +143,9 @@ fn attach(entry: &'static DbEntry) -> bool {
     false
 }
 
+/// # Safety
+/// SAFETY: registered only by [`attach`], through before_shmem_exit, with `arg` a
+/// `&'static DbEntry` in shared memory; runs once, at process exit.
 #[pg_guard]
 unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
     let entry = &*(arg.cast_mut_ptr::<DbEntry>() as *const DbEntry);
@@ -144,6 +153,7 @@ unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
 }
 
 fn shutdown_requested() -> bool {
+    // SAFETY: a sig_atomic_t set only by the SIGTERM handler, read volatile through a raw pointer.
     unsafe { std::ptr::read_volatile(&raw const pg_sys::ShutdownRequestPending) != 0 }
 }
 
@@ -163,9 +173,13 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
             return; // exit 0: DROP DATABASE is waiting for us
         }
         if shutdown_requested() {
+            // SAFETY: between rounds, outside any transaction; proc_exit never returns (exit, no
+            // unwinding) and runs detach through before_shmem_exit.
             unsafe { pg_sys::proc_exit(1) }; // restarted unless the server is stopping
         }
         if BackgroundWorker::sighup_received() {
+            // SAFETY: between rounds, outside any transaction, as every postmaster child reloads on
+            // SIGHUP; pgrx's FFI guard turns an ERROR into a Rust panic.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
         entry.wake.store(false, Ordering::SeqCst);
@@ -232,6 +246,8 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
             }
         }
         if !wait.is_zero() && !BackgroundWorker::wait_latch(Some(wait)) {
+            // SAFETY: SIGTERM or postmaster death (wait_latch false), between rounds and outside
+            // any transaction; proc_exit never returns and runs detach through before_shmem_exit.
             unsafe { pg_sys::proc_exit(1) };
         }
     }
@@ -255,6 +271,8 @@ fn summarize_new_ranges() {
         Ok(())
     }))
     .catch_others(|error| {
+        // SAFETY: the error left in_transaction's transaction open at the worker's top level;
+        // aborting it is the recovery PostgresMain's error path does too.
         unsafe { pg_sys::AbortCurrentTransaction() };
         Err(describe(error))
     })
@@ -307,6 +325,8 @@ fn round(db: pg_sys::Oid, entry: &DbEntry, phase: Phase) -> Result<Round, Failur
     let batch_size = i64::from(gucs::BATCH_SIZE.get());
     PgTryBuilder::new(AssertUnwindSafe(|| Ok(in_transaction(|| delivery::run(db, batch_size, phase)))))
         .catch_others(|error| {
+            // SAFETY: the error left in_transaction's transaction open at the worker's top level;
+            // aborting it is the recovery PostgresMain's error path does too.
             unsafe { pg_sys::AbortCurrentTransaction() };
             Err(describe(error))
         })
@@ -315,12 +335,16 @@ fn round(db: pg_sys::Oid, entry: &DbEntry, phase: Phase) -> Result<Round, Failur
 
 /// Run `body` in a transaction of its own, with a snapshot, and commit.
 fn in_transaction<R>(body: impl FnOnce() -> R) -> R {
+    // SAFETY: called only from the worker's top level, never inside a transaction, so this starts a
+    // fresh one; pgrx's FFI guard turns an ERROR into a Rust panic.
     unsafe {
         pg_sys::SetCurrentStatementStartTimestamp();
         pg_sys::StartTransactionCommand();
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
     }
     let result = body();
+    // SAFETY: commits the transaction started above, popping its snapshot if `body` left it
+    // active; an ERROR becomes a panic, then round/summarize abort it or the worker exits.
     unsafe {
         if pg_sys::ActiveSnapshotSet() {
             pg_sys::PopActiveSnapshot();
@@ -346,24 +370,28 @@ fn sqlstate(code: i32) -> String {
     (0..5).map(|i| char::from(b'0' + ((code >> (6 * i)) & 0x3f) as u8)).collect()
 }
 
+/// Whether a worker serves database `db`.
+pub fn running(db: pg_sys::Oid) -> bool {
+    shmem::find_db(db).is_some_and(|entry| entry.worker_pid.load(Ordering::Acquire) != 0)
+}
+
 /// Make the worker of database `db` leave for good and wait until it has, so
-/// that DROP DATABASE does not find it connected. Returns whether a worker was
-/// running (to relaunch it if the drop fails).
-pub fn stop_for_drop(db: pg_sys::Oid) -> bool {
-    let Some(entry) = shmem::find_db(db) else { return false };
+/// that DROP DATABASE does not find it connected.
+pub fn stop_for_drop(db: pg_sys::Oid) {
+    let Some(entry) = shmem::find_db(db) else { return };
     entry.stop.store(true, Ordering::Release);
-    let running = entry.worker_pid.load(Ordering::Acquire) != 0;
     entry.wake_worker();
     for _ in 0..1000 {
         if entry.worker_pid.load(Ordering::Acquire) == 0 {
             break;
         }
+        // SAFETY: in the DROP DATABASE backend's ProcessUtility hook, inside its transaction; an
+        // ERROR from CHECK_FOR_INTERRUPTS (a cancel) becomes a panic that drop_database re-raises.
         unsafe {
             pg_sys::pg_usleep(10_000);
             pg_sys::check_for_interrupts!();
         }
     }
-    running
 }
 
 /// After DROP DATABASE: on success, free the database's entry (its OID may be

@@ -199,18 +199,13 @@ fn replay_ignores_functions_planted_in_the_callers_search_path() {
     let attacker = TestRole::new(&db, "attacker", "");
     let mut owner = db.connect();
     owner.batch_execute(&format!("GRANT CREATE ON SCHEMA public TO {}", attacker.name)).unwrap();
-    db.connect_as(&attacker.name)
-        .batch_execute(&format!(
-            "CREATE FUNCTION public.num_nonnulls(bigint, timestamptz, xid8) RETURNS integer LANGUAGE plpgsql AS $$
-             BEGIN
-                 IF (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN
-                     EXECUTE 'ALTER ROLE {} SUPERUSER';
-                 END IF;
-                 RETURN 0;
-             END $$;",
-            attacker.name
-        ))
-        .unwrap();
+    let mut evil = db.connect_as(&attacker.name);
+    evil.batch_execute(&booby_traps("public", &attacker.name, &[])).unwrap();
+    evil.batch_execute(
+        "CREATE FUNCTION public.num_nonnulls(bigint, timestamptz, xid8) RETURNS integer LANGUAGE plpgsql AS
+         $$ BEGIN PERFORM public.escalate(); RETURN 0; END $$",
+    )
+    .unwrap();
     let p = publish(&mut owner, "orders", "{}");
     wait_for_horizon(&mut owner, p);
     owner.batch_execute(r#"SET search_path = "$user", public"#).unwrap();
