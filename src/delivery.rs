@@ -159,6 +159,8 @@ fn installed_schema() -> Option<Schema> {
     if ext == pg_sys::InvalidOid {
         return None;
     }
+    // SAFETY: syscache lookups by name in the round's transaction; missing_ok,
+    // and the C strings are static.
     let is_0_1 = unsafe {
         let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), true);
         schema == pg_sys::InvalidOid || pg_sys::get_relname_relid(c"private_streams".as_ptr(), schema) == pg_sys::InvalidOid
@@ -282,6 +284,8 @@ fn deliver(
         Phase::Notify if delivered >= persisted => return Ok(idle),
         _ => {}
     }
+    // SAFETY: the worker's transaction pushed an active snapshot; replacing it
+    // with a fresh one (taken after the slot scan) keeps the stack balanced.
     unsafe {
         pg_sys::PopActiveSnapshot();
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
@@ -357,7 +361,8 @@ fn notify_events(
 /// beyond the limit) and stops as soon as the sum passes `limit`.
 ///
 /// # Safety
-/// `jsonb` points to a detoasted jsonb value valid for the call.
+/// SAFETY: `jsonb` points to a detoasted jsonb value valid for the call; the
+/// iterator and printed numerics are palloc'd (an ERROR, never an abort).
 unsafe fn text_longer_than(jsonb: *mut pg_sys::Jsonb, limit: usize) -> bool {
     use pg_sys::JsonbIteratorToken::*;
     let mut iterator = pg_sys::JsonbIteratorInit(&raw mut (*jsonb).root);
@@ -378,6 +383,10 @@ unsafe fn text_longer_than(jsonb: *mut pg_sys::Jsonb, limit: usize) -> bool {
 
 /// The printed length of a scalar (a lower bound for strings, which may
 /// grow by escaping; exact for numerics).
+///
+/// # Safety
+/// SAFETY: `value` was filled by JsonbIteratorNext for a scalar token, so the
+/// union member matching `type_` is the one set.
 unsafe fn scalar_text_length(value: &pg_sys::JsonbValue) -> usize {
     match value.type_ {
         pg_sys::jbvType::jbvString => value.val.string.len.max(0) as usize,

@@ -109,6 +109,7 @@ unsafe extern "C-unwind" fn drop_database(call: *const Call, db: pg_sys::Oid) {
     // Only for a caller who may drop the database (inside this guarded frame:
     // the ownership check raises if the database vanished meanwhile).
     if !(pg_sys::superuser() || pg_sys::pg_database_ownercheck(db, pg_sys::GetUserId())) {
+        // SAFETY: as above; the drop fails with PostgreSQL's own error.
         return unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| call.next()) };
     }
     let was_running = worker::running(db);
@@ -116,6 +117,7 @@ unsafe extern "C-unwind" fn drop_database(call: *const Call, db: pg_sys::Oid) {
     // bring the worker back.
     PgTryBuilder::new(AssertUnwindSafe(|| {
         worker::stop_for_drop(db);
+        // SAFETY: as above: an ERROR comes back as a panic caught below.
         unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| call.next()) }
     }))
     .catch_others(|error| {
