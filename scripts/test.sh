@@ -106,7 +106,7 @@ if compgen -G "$REPO_ROOT/tests/*.rs" >/dev/null; then
             LITEBASE_STREAMS_SERVER_LOG="$SERVER_LOG" \
             LITEBASE_STREAMS_RUNAS="$PG_RUNAS" \
             LITEBASE_STREAMS_SCRATCH_DIR="$SCRATCH_DIR" \
-            cargo test --features integration --test '*' -- --test-threads=4
+            cargo test --no-fail-fast --features integration --test '*' -- --test-threads=4
 else
     skip_suite "integration tests (cargo test --test '*')" "no tests/*.rs"
 fi

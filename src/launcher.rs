@@ -15,9 +15,11 @@
 //!   databases at server start and keeps trying to start a worker for each
 //!   until it got a slot (a worker in a database without the extension exits
 //!   at once and frees it).
-//! * Afterwards it wakes every second, and when a publisher finds no worker in
-//!   its database (it sets `needs_worker` and the launcher's latch), starts
-//!   one, retrying until a slot is free.
+//! * Afterwards it wakes every second, and when a publisher found no worker in
+//!   its database (it sets `needs_worker` and the launcher's latch) and none
+//!   attached within a grace period of 3 s (a worker just launched or being
+//!   restarted attaches well within it), starts one, retrying until a slot is
+//!   free.
 //! * While a database has no worker because no slot was free, `publish` warns
 //!   (SQLSTATE 53000) and `streams.status` says `worker_state = 'no worker
 //!   slot'`: events are stored but not visible until a worker runs.
@@ -63,7 +65,7 @@ pub fn launch(db: pg_sys::Oid, after_xid: Option<u32>) -> bool {
     if let Some(entry) = shmem::find_db(db) {
         entry.no_slot.store(!started, std::sync::atomic::Ordering::Release);
         if !started {
-            entry.needs_worker.store(true, std::sync::atomic::Ordering::Release);
+            entry.request_worker();
         }
     }
     started

@@ -283,7 +283,7 @@ fn warn_without_worker(worker: Option<&'static DbEntry>) {
     use std::sync::atomic::Ordering;
     let starved = match worker {
         Some(entry) if entry.worker_pid.load(Ordering::Acquire) == 0 => {
-            entry.needs_worker.store(true, Ordering::Release);
+            entry.request_worker();
             shmem::wake_launcher();
             entry.no_slot.load(Ordering::Acquire)
         }

@@ -45,7 +45,10 @@ pub struct DbEntry {
     /// See [`NotifyState`]: whether the last attempt to send notifications failed.
     pub notify_state: AtomicU32,
     /// A publisher found no worker here: the launcher should start one.
-    pub needs_worker: AtomicBool,
+    needs_worker: AtomicBool,
+    /// When `needs_worker` was set (TimestampTz): a worker that is merely
+    /// starting or restarting gets a grace period before the launcher adds one.
+    needs_worker_since: AtomicI64,
     /// The last attempt to start this database's worker found no free slot.
     pub no_slot: AtomicBool,
 }
@@ -244,14 +247,22 @@ pub fn wake_launcher() {
     }
 }
 
-/// Databases whose publishers found no worker and that still have none.
+/// A worker that has not attached this long after a publisher found none
+/// is missing (one just launched or restarting attaches well within it).
+const WORKER_GRACE_US: i64 = 3_000_000;
+
+/// Databases whose publishers found no worker and that still have none,
+/// for longer than the grace period.
 pub fn databases_needing_a_worker() -> Vec<pg_sys::Oid> {
+    // SAFETY: reads the clock; no ERROR possible.
+    let now = unsafe { pg_sys::GetCurrentTimestamp() };
     db_entries_of(header())
         .iter()
         .filter(|e| {
             let db = e.db.load(Ordering::Acquire);
             db != 0
                 && e.needs_worker.load(Ordering::Acquire)
+                && now - e.needs_worker_since.load(Ordering::Acquire) >= WORKER_GRACE_US
                 && e.worker_pid.load(Ordering::Acquire) == 0
                 && !e.stop.load(Ordering::Acquire)
         })
@@ -310,6 +321,17 @@ impl DbEntry {
         self.needs_worker.store(false, Ordering::Relaxed);
         self.no_slot.store(false, Ordering::Relaxed);
         self.db.store(0, Ordering::Release);
+    }
+
+    /// Ask the launcher for a worker here (it waits out the grace period).
+    /// Atomics only.
+    pub fn request_worker(&self) {
+        // The time first, so the launcher never sees the flag with an old time.
+        if !self.needs_worker.load(Ordering::Acquire) {
+            // SAFETY: reads the clock; no ERROR possible.
+            self.needs_worker_since.store(unsafe { pg_sys::GetCurrentTimestamp() }, Ordering::Release);
+            self.needs_worker.store(true, Ordering::Release);
+        }
     }
 
     pub fn set_state(&self, state: WorkerState) {
