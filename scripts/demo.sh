@@ -123,7 +123,27 @@ wait "$SLOW"
 sleep 0.3
 sql "SELECT horizon, newest_position, worker_state, holder_pid FROM streams.status;"
 
-step "Stored events are immutable, even for a superuser"
+step "Per-stream privileges: a reader sees only the streams granted to it"
+sql <<'SQL' || true
+DROP ROLE IF EXISTS demo_reporting;
+CREATE ROLE demo_reporting;
+SELECT streams.grant('read', 'payment.*', 'demo_reporting');
+SET ROLE demo_reporting;
+SELECT position, stream FROM streams.events ORDER BY position;
+SELECT streams.publish('payment.success', '{}');
+SQL
+note "(42501 above: reading a stream is not publishing to it)"
+sql <<'SQL'
+SELECT streams.revoke('read', 'payment.*', 'demo_reporting');
+DROP ROLE demo_reporting;
+SQL
+
+step "Private streams: their notifications never carry data"
+sql "SELECT streams.set_private('internal.*');"
+sql "SELECT streams.publish('internal.audit', '{\"secret\":\"s3cr3t\"}');"
+note "A listener gets {\"position\":…,\"stream\":\"internal.audit\",…,\"private\":true}: fetch data with streams.get."
+
+step "Stored events are immutable through SQL, even for a superuser"
 sql "DELETE FROM streams.event_log;" || true
 
 printf '\n%sDemo finished.%s Explore it with: make psql PSQL_ARGS="-d litebase_demo"\n' "$_B" "$_R"
