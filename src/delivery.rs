@@ -112,13 +112,13 @@ LEFT JOIN streams.transactions t ON t.tx = ev.tx
 ORDER BY ev.position"
 );
 
-/// Visibility only: record commit times up to `$2`; returns the last
-/// position covered, how many events that was, and how many transactions.
+/// Visibility only: record commit times up to `$2` (a data-modifying CTE
+/// runs whether or not it is read); returns the last position covered and
+/// how many events that was.
 const MARK: &str = concat!(
     record_final_events!("position, tx"),
     "
-SELECT (SELECT pg_catalog.max(position) FROM ev), (SELECT pg_catalog.count(*) FROM ev),
-       (SELECT pg_catalog.count(*) FROM fresh)"
+SELECT (SELECT pg_catalog.max(position) FROM ev), (SELECT pg_catalog.count(*) FROM ev)"
 );
 
 const READ_STATE: &str = "
@@ -152,8 +152,9 @@ const SAVE_V0_1: &str = "
 WITH updated AS (UPDATE streams.horizon_state SET horizon = $1 WHERE id RETURNING 1)
 INSERT INTO streams.horizon_state (id, horizon) SELECT true, $1 WHERE NOT EXISTS (SELECT FROM updated)";
 
-/// The version of the extension installed in this database, if any.
-fn installed_schema() -> Option<Schema> {
+/// The version of the extension installed in this database, if any, and the
+/// OID of its `streams.event_log` (which log the positions belong to).
+fn installed_schema() -> Option<(Schema, pg_sys::Oid)> {
     // SAFETY: catalog lookups inside the round's transaction.
     let ext = unsafe { pg_sys::get_extension_oid(c"litebase_streams".as_ptr(), true) };
     if ext == pg_sys::InvalidOid {
@@ -161,17 +162,18 @@ fn installed_schema() -> Option<Schema> {
     }
     // SAFETY: syscache lookups by name in the round's transaction; missing_ok,
     // and the C strings are static.
-    let is_0_1 = unsafe {
+    let (is_0_1, log) = unsafe {
         let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), true);
-        schema == pg_sys::InvalidOid || pg_sys::get_relname_relid(c"private_streams".as_ptr(), schema) == pg_sys::InvalidOid
+        let private = pg_sys::get_relname_relid(c"private_streams".as_ptr(), schema);
+        (private == pg_sys::InvalidOid, pg_sys::get_relname_relid(c"event_log".as_ptr(), schema))
     };
-    Some(if is_0_1 { Schema::V0_1 } else { Schema::Current })
+    Some((if is_0_1 { Schema::V0_1 } else { Schema::Current }, log))
 }
 
 /// Run one round inside the caller's transaction (which has an active snapshot).
 pub fn run(db: pg_sys::Oid, batch_size: i64, phase: Phase) -> Round {
-    let Some(schema) = installed_schema() else { return Round::ExtensionGone };
-    Spi::connect_mut(|client| deliver(client, db, batch_size, phase, schema))
+    let Some((schema, log)) = installed_schema() else { return Round::ExtensionGone };
+    Spi::connect_mut(|client| deliver(client, db, batch_size, phase, schema, log))
         .unwrap_or_else(|e| error!("litebase_streams delivery: {e}"))
 }
 
@@ -226,16 +228,6 @@ impl LastNotified {
     }
 }
 
-/// The OID of this database's `streams.event_log`.
-fn event_log_oid() -> pg_sys::Oid {
-    // SAFETY: syscache lookups inside the round's transaction; no ERROR for a
-    // missing name.
-    unsafe {
-        let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), true);
-        pg_sys::get_relname_relid(c"event_log".as_ptr(), schema)
-    }
-}
-
 fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plans>> {
     if let Some(plans) = PLANS.with(|p| p.borrow().clone()).filter(|p| p.schema == schema) {
         return Ok(plans);
@@ -264,6 +256,7 @@ fn deliver(
     batch_size: i64,
     phase: Phase,
     schema: Schema,
+    log: pg_sys::Oid,
 ) -> SpiResult<Round> {
     let plans = plans(client, schema)?;
     let phase = if schema == Schema::V0_1 { Phase::Combined } else { phase };
@@ -291,26 +284,24 @@ fn deliver(
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
     }
 
-    let round = match phase {
+    let (new_horizon, new_delivered, more) = match phase {
         Phase::Visibility => {
             let row = client.update(&plans.mark, None, &[persisted.into(), horizon.into(), (batch_size * 10).into()])?.first();
             let (last, count) = (row.get::<i64>(1)?, row.get::<i64>(2)?.unwrap_or(0));
             let more = count == batch_size * 10;
-            let visible = if more { last.unwrap_or(horizon) } else { horizon };
-            Round::Done { horizon: visible, delivered, more }
+            (if more { last.unwrap_or(horizon) } else { horizon }, delivered, more)
         }
         Phase::Combined | Phase::Notify => {
             let private: Vec<String> =
                 client.select(&plans.read_private, None, &[])?.first().get::<Vec<String>>(1)?.unwrap_or_default();
             let upto = if phase == Phase::Notify { persisted } else { horizon };
-            let (sent_through, more) = notify_events(client, &plans, delivered, upto, batch_size, &private)?;
+            let (sent_through, more) = notify_events(client, &plans, log, delivered, upto, batch_size, &private)?;
             let sent = if more { sent_through } else { upto };
-            Round::Done { horizon: sent.max(persisted), delivered: sent, more }
+            (sent.max(persisted), sent, more)
         }
     };
-    let Round::Done { horizon: new_horizon, delivered: new_delivered, .. } = round else { unreachable!() };
     client.update(&plans.save, None, &[new_horizon.into(), new_delivered.into()])?;
-    Ok(round)
+    Ok(Round::Done { horizon: new_horizon, delivered: new_delivered, more })
 }
 
 /// NOTIFY the events in `(after, upto]`, at most `batch_size`; returns the
@@ -318,6 +309,7 @@ fn deliver(
 fn notify_events(
     client: &mut SpiClient<'_>,
     plans: &Plans,
+    log: pg_sys::Oid,
     after: i64,
     upto: i64,
     batch_size: i64,
@@ -326,7 +318,6 @@ fn notify_events(
     let mut rows = client.update(&plans.fetch, None, &[after.into(), upto.into(), batch_size.into()])?;
     let fetched = rows.len() as i64;
     let mut last = after;
-    let log = event_log_oid();
     LAST_NOTIFIED.with(|l| {
         let mut l = l.borrow_mut();
         if l.log != log {

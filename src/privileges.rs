@@ -1,19 +1,20 @@
 //! Per-stream privileges, as the Rust side sees them: who may publish to a
-//! stream, and running the extension's own statements as the extension's
-//! owner with a pinned `search_path`.
+//! stream, running the publish INSERT as the extension's owner, and the
+//! pattern test and its planner support used by the log's row-level security.
 //!
-//! The grants live in `streams.stream_grants` (sql/privileges.sql). Reading
-//! is enforced by the `streams.events` view itself; publishing is checked
-//! here, as the caller, before the event is written as the owner. `publish`
-//! is therefore *not* SECURITY DEFINER: the caller's identity is what the
-//! check needs, and the owner's is used only for the INSERT.
+//! The grants live in `streams.stream_grants` (sql/streams.sql). Reading is
+//! enforced by row-level security on `streams.event_log`; publishing is
+//! checked here, as the caller, before the event is written as the owner.
+//! `publish` is therefore *not* SECURITY DEFINER: the caller's identity is
+//! what the check needs, and the owner's is used only for the INSERT.
 //!
 //! A publisher that is not a superuser asks the database once per (role,
 //! stream) and keeps the answer in a small backend-local cache. The cache is
 //! dropped when any transaction that changed grants commits (a cluster-wide
-//! generation counter bumped in the commit callback) and when role
-//! memberships change (a syscache callback), so a revoke takes effect for the
-//! next publish of every session.
+//! generation counter bumped in the commit callback) and when roles or role
+//! memberships change (syscache callbacks), so a revoke takes effect for the
+//! next publish of every session. Answers read under a transaction snapshot
+//! (repeatable read) are not kept: they may predate a revoke.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -136,9 +137,9 @@ pub fn as_owner<R>(owner: pg_sys::Oid, body: impl FnOnce() -> R) -> R {
     result
 }
 
-/// `streams._acl_changed()`: called by `streams.grant`, `revoke` and
-/// `set_private`; when the transaction commits, every backend drops its
-/// cached publish answers.
+/// `streams._acl_changed()`: called by `streams.grant` and `streams.revoke`;
+/// when the transaction commits, every backend drops its cached publish
+/// answers.
 #[pg_extern(volatile)]
 fn _acl_changed() {
     CHANGED_IN_THIS_XACT.with(|c| c.set(true));

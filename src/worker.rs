@@ -264,19 +264,9 @@ fn summarize_new_ranges() {
     const SUMMARIZE: &str = "SELECT pg_catalog.brin_summarize_new_values(i.oid)
         FROM pg_catalog.pg_class i
         WHERE i.relnamespace = 'streams'::pg_catalog.regnamespace AND i.relam = (SELECT a.oid FROM pg_catalog.pg_am a WHERE a.amname = 'brin')";
-    let result = PgTryBuilder::new(AssertUnwindSafe(|| {
-        in_transaction(|| {
-            Spi::run(SUMMARIZE).unwrap_or_else(|e| StreamsError::Internal(format!("summarizing BRIN ranges: {e}")).raise())
-        });
-        Ok(())
-    }))
-    .catch_others(|error| {
-        // SAFETY: the error left in_transaction's transaction open at the worker's top level;
-        // aborting it is the recovery PostgresMain's error path does too.
-        unsafe { pg_sys::AbortCurrentTransaction() };
-        Err(describe(error))
-    })
-    .execute();
+    let result = attempt(|| {
+        Spi::run(SUMMARIZE).unwrap_or_else(|e| StreamsError::Internal(format!("summarizing BRIN ranges: {e}")).raise())
+    });
     match result {
         // A lock timeout means autovacuum is on the table (and summarises too).
         Err(failure) if failure.sqlstate != "55P03" => warn_failed("BRIN summarization", &failure, SUMMARY_INTERVAL),
@@ -318,12 +308,17 @@ impl Failure {
     }
 }
 
-/// One delivery round in its own transaction; any error aborts the transaction
-/// and comes back as a [`Failure`].
+/// One delivery round in its own transaction (see [`attempt`]).
 fn round(db: pg_sys::Oid, entry: &DbEntry, phase: Phase) -> Result<Round, Failure> {
     entry.set_state(WorkerState::Delivering);
     let batch_size = i64::from(gucs::BATCH_SIZE.get());
-    PgTryBuilder::new(AssertUnwindSafe(|| Ok(in_transaction(|| delivery::run(db, batch_size, phase)))))
+    attempt(|| delivery::run(db, batch_size, phase))
+}
+
+/// Run `body` in a transaction of its own; an error aborts the transaction
+/// and comes back as a [`Failure`] instead of ending the worker.
+fn attempt<R>(body: impl FnOnce() -> R) -> Result<R, Failure> {
+    PgTryBuilder::new(AssertUnwindSafe(|| Ok(in_transaction(body))))
         .catch_others(|error| {
             // SAFETY: the error left in_transaction's transaction open at the worker's top level;
             // aborting it is the recovery PostgresMain's error path does too.
