@@ -84,7 +84,9 @@ macro_rules! record_final_events {
         concat!(
             "
 WITH ev AS (
-    SELECT ", $columns, " FROM streams.event_log
+    SELECT ",
+            $columns,
+            " FROM streams.event_log
     WHERE position > $1 AND position <= $2
     ORDER BY position LIMIT $3
 ), fresh AS (
@@ -271,7 +273,9 @@ fn deliver(
     let horizon = (horizon::compute(max_allocated, held.iter().map(|(_, low)| *low)) as i64).max(persisted);
     let idle = Round::Done { horizon: persisted, delivered, more: false };
     match phase {
-        Phase::Combined | Phase::Visibility if horizon == persisted && (phase == Phase::Visibility || delivered == persisted) => {
+        Phase::Combined | Phase::Visibility
+            if horizon == persisted && (phase == Phase::Visibility || delivered == persisted) =>
+        {
             return Ok(idle)
         }
         Phase::Notify if delivered >= persisted => return Ok(idle),
@@ -286,7 +290,9 @@ fn deliver(
 
     let (new_horizon, new_delivered, more) = match phase {
         Phase::Visibility => {
-            let row = client.update(&plans.mark, None, &[persisted.into(), horizon.into(), (batch_size * 10).into()])?.first();
+            let row = client
+                .update(&plans.mark, None, &[persisted.into(), horizon.into(), (batch_size * 10).into()])?
+                .first();
             let (last, count) = (row.get::<i64>(1)?, row.get::<i64>(2)?.unwrap_or(0));
             let more = count == batch_size * 10;
             (if more { last.unwrap_or(horizon) } else { horizon }, delivered, more)
@@ -334,8 +340,8 @@ fn notify_events(
         let prev = LAST_NOTIFIED.with(|l| l.borrow_mut().previous(client, plans, stream, position))?;
         LAST_NOTIFIED.with(|l| l.borrow_mut().record(stream, position));
         let event = Event { position, stream, time_us, tx, prev, data: data.as_deref(), private: is_private };
-        let payload = encode_payload(&event)
-            .unwrap_or_else(|e| error!("event {position} has data that is not valid JSON: {e}"));
+        let payload =
+            encode_payload(&event).unwrap_or_else(|e| error!("event {position} has data that is not valid JSON: {e}"));
         let channel = CString::new(stream).expect("stream names hold no NUL");
         let payload = CString::new(payload).expect("JSON text holds no NUL");
         pg_decls::notify(&channel, &payload);

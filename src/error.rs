@@ -39,11 +39,9 @@ pub enum StreamsError {
 impl fmt::Display for StreamsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StreamsError::InvalidStreamName { name, reason } => write!(
-                f,
-                "invalid stream name \"{}\": {reason}; {STREAM_NAME_RULE}",
-                name.escape_default()
-            ),
+            StreamsError::InvalidStreamName { name, reason } => {
+                write!(f, "invalid stream name \"{}\": {reason}; {STREAM_NAME_RULE}", name.escape_default())
+            }
             StreamsError::NullArgument(arg) => write!(f, "{arg} must not be null"),
             StreamsError::InvalidArgument(msg) => f.write_str(msg),
             StreamsError::NotPreloaded { .. } => {
@@ -52,16 +50,15 @@ impl fmt::Display for StreamsError {
             StreamsError::NoPublisherSlot(procno) => {
                 write!(f, "backend slot {procno} is outside litebase_streams' shared slot table")
             }
-            StreamsError::PreparedPublish => f.write_str(
-                "cannot PREPARE a transaction that published events with litebase_streams",
-            ),
+            StreamsError::PreparedPublish => {
+                f.write_str("cannot PREPARE a transaction that published events with litebase_streams")
+            }
             StreamsError::PermissionDenied { privilege, stream } => {
                 write!(f, "permission denied to {privilege} stream \"{stream}\"")
             }
-            StreamsError::EventTooLarge { size, limit } => write!(
-                f,
-                "event data of {size} bytes exceeds litebase_streams.max_event_size ({limit} bytes)"
-            ),
+            StreamsError::EventTooLarge { size, limit } => {
+                write!(f, "event data of {size} bytes exceeds litebase_streams.max_event_size ({limit} bytes)")
+            }
             StreamsError::Internal(message) => write!(f, "litebase_streams: {message}"),
             StreamsError::NotUtf8 => f.write_str("litebase_streams needs a database with UTF8 encoding"),
         }
@@ -75,12 +72,8 @@ impl StreamsError {
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
             }
             StreamsError::NullArgument(_) => PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
-            StreamsError::NotPreloaded { .. } => {
-                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
-            }
-            StreamsError::NoPublisherSlot(_) | StreamsError::Internal(_) => {
-                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR
-            }
+            StreamsError::NotPreloaded { .. } => PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            StreamsError::NoPublisherSlot(_) | StreamsError::Internal(_) => PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
             StreamsError::PreparedPublish => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             StreamsError::PermissionDenied { .. } => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
             StreamsError::NotUtf8 => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,

@@ -94,7 +94,12 @@ mod tests {
                     0 => {
                         // a new transaction: slot first, then its positions
                         let n = 1 + next() % 3;
-                        let positions: Vec<u64> = (0..n).map(|_| { allocated += 1; allocated }).collect();
+                        let positions: Vec<u64> = (0..n)
+                            .map(|_| {
+                                allocated += 1;
+                                allocated
+                            })
+                            .collect();
                         open.push((positions[0], positions));
                     }
                     1 if !open.is_empty() => {

@@ -125,7 +125,9 @@ mod tests {
         assert!(b > a);
     }
 
-    #[pg_test(error = "invalid stream name \"bad name\": it contains a character outside [A-Za-z0-9_.:-]; a stream name is 1 to 63 bytes of letters, digits, '_', '.', ':' or '-', starting with a letter, digit or '_'")]
+    #[pg_test(
+        error = "invalid stream name \"bad name\": it contains a character outside [A-Za-z0-9_.:-]; a stream name is 1 to 63 bytes of letters, digits, '_', '.', ':' or '-', starting with a letter, digit or '_'"
+    )]
     fn publish_rejects_a_bad_stream_name() {
         Spi::run("SELECT streams.publish('bad name', '{}')").unwrap();
     }

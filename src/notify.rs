@@ -211,8 +211,7 @@ mod tests {
 
     #[test]
     fn prefix_pattern_covers_exactly_the_prefixed_names() {
-        let StreamSelector::Prefix { prefix, upper } = parse_stream_selector("payment.*").unwrap()
-        else {
+        let StreamSelector::Prefix { prefix, upper } = parse_stream_selector("payment.*").unwrap() else {
             panic!("expected a prefix selector");
         };
         assert_eq!((prefix.as_str(), upper.as_str()), ("payment.", "payment/"));
@@ -224,10 +223,7 @@ mod tests {
     #[test]
     fn selector_forms() {
         assert_eq!(parse_stream_selector("*").unwrap(), StreamSelector::All);
-        assert_eq!(
-            parse_stream_selector("orders").unwrap(),
-            StreamSelector::Exact("orders".into())
-        );
+        assert_eq!(parse_stream_selector("orders").unwrap(), StreamSelector::Exact("orders".into()));
         assert!(parse_stream_selector("a*b*").is_err());
         assert!(parse_stream_selector("bad name*").is_err());
     }
@@ -239,7 +235,15 @@ mod tests {
     }
 
     fn event(data: &str) -> Event<'_> {
-        Event { position: 7, stream: "payment.success", time_us: 1_700_000_000_000_001, tx: 812, prev: 3, data: Some(data), private: false }
+        Event {
+            position: 7,
+            stream: "payment.success",
+            time_us: 1_700_000_000_000_001,
+            tx: 812,
+            prev: 3,
+            data: Some(data),
+            private: false,
+        }
     }
 
     #[test]
@@ -283,10 +287,7 @@ mod tests {
 
     #[test]
     fn compaction_keeps_whitespace_inside_strings() {
-        assert_eq!(
-            compact_json(r#"{"a b": "c, d: \"e f\"", "n": [1, 2]}"#),
-            r#"{"a b":"c, d: \"e f\"","n":[1,2]}"#
-        );
+        assert_eq!(compact_json(r#"{"a b": "c, d: \"e f\"", "n": [1, 2]}"#), r#"{"a b":"c, d: \"e f\"","n":[1,2]}"#);
     }
 
     #[test]

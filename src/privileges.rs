@@ -83,7 +83,11 @@ fn refresh_cache() {
         // life; the callback only clears a thread-local map.
         unsafe {
             for cache in [pg_sys::SysCacheIdentifier::AUTHMEMMEMROLE, pg_sys::SysCacheIdentifier::AUTHOID] {
-                pg_sys::CacheRegisterSyscacheCallback(cache as i32, Some(forget_cached_answers), pg_sys::Datum::from(0));
+                pg_sys::CacheRegisterSyscacheCallback(
+                    cache as i32,
+                    Some(forget_cached_answers),
+                    pg_sys::Datum::from(0),
+                );
             }
         }
     }
@@ -114,11 +118,8 @@ fn ask_may_publish(stream: &str) -> bool {
     }
 }
 
-static MAY_PUBLISH: KeptPlan<1> = KeptPlan {
-    sql: c"SELECT streams._may_publish($1)",
-    types: [pg_sys::TEXTOID],
-    plan: MAY_PUBLISH_PLAN,
-};
+static MAY_PUBLISH: KeptPlan<1> =
+    KeptPlan { sql: c"SELECT streams._may_publish($1)", types: [pg_sys::TEXTOID], plan: MAY_PUBLISH_PLAN };
 
 /// Run `body` as `owner` (the extension's owner), the way a SECURITY DEFINER
 /// function would. A (sub)transaction abort restores the caller's identity

@@ -59,7 +59,8 @@ fn position_sequence() -> pg_sys::Oid {
         let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), false);
         let seq = pg_sys::get_relname_relid(c"position_seq".as_ptr(), schema);
         if seq == pg_sys::InvalidOid {
-            StreamsError::Internal("sequence streams.position_seq is missing; reinstall litebase_streams".into()).raise();
+            StreamsError::Internal("sequence streams.position_seq is missing; reinstall litebase_streams".into())
+                .raise();
         }
         seq
     }
@@ -105,8 +106,8 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish_batch(fcinfo: pg_sys::F
     if pgrx::fcinfo::pg_arg_is_null(fcinfo, 1) {
         StreamsError::NullArgument("data").raise();
     }
-    let array = pg_sys::pg_detoast_datum(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1).cast_mut_ptr())
-        as *mut pg_sys::ArrayType;
+    let array =
+        pg_sys::pg_detoast_datum(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1).cast_mut_ptr()) as *mut pg_sys::ArrayType;
     if pg_sys::array_contains_nulls(array) {
         StreamsError::NullArgument("each element of data").raise();
     }
@@ -318,9 +319,7 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
     use pg_sys::XactEvent::*;
     match event {
         // The last moment an error can still stop the PREPARE.
-        XACT_EVENT_PRE_PREPARE if PUBLISHING.with(|p| p.get()).is_some() => {
-            StreamsError::PreparedPublish.raise()
-        }
+        XACT_EVENT_PRE_PREPARE if PUBLISHING.with(|p| p.get()).is_some() => StreamsError::PreparedPublish.raise(),
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PREPARE => {
             privileges::at_transaction_end(true);
             finish()

@@ -17,14 +17,9 @@ use crate::shmem::{self, NotifyState, WorkerState};
 /// The newest allocated position (0 before the first publish), read from the
 /// sequence without taking a transaction id.
 fn newest_position() -> i64 {
-    Spi::connect(|client| {
-        client
-            .select("SELECT streams._newest_position()", Some(1), &[])?
-            .first()
-            .get_one::<i64>()
-    })
-    .unwrap_or_else(|e| error!("reading streams.position_seq: {e}"))
-    .unwrap_or(0)
+    Spi::connect(|client| client.select("SELECT streams._newest_position()", Some(1), &[])?.first().get_one::<i64>())
+        .unwrap_or_else(|e| error!("reading streams.position_seq: {e}"))
+        .unwrap_or(0)
 }
 
 #[pg_extern(volatile, security_definer)]

@@ -51,9 +51,9 @@ impl Call {
         let Call { pstmt, query, read_only_tree, context, params, query_env, dest, qc } = self;
         match PREV_PROCESS_UTILITY {
             Some(prev) => prev(pstmt, query, read_only_tree, context, params, query_env, dest, qc),
-            None => unguarded::standard_ProcessUtility(
-                pstmt, query, read_only_tree, context, params, query_env, dest, qc,
-            ),
+            None => {
+                unguarded::standard_ProcessUtility(pstmt, query, read_only_tree, context, params, query_env, dest, qc)
+            }
         }
     }
 

@@ -353,10 +353,9 @@ fn describe(error: CaughtError) -> Failure {
     match error {
         CaughtError::PostgresError(report)
         | CaughtError::ErrorReport(report)
-        | CaughtError::RustPanic { ereport: report, .. } => Failure {
-            message: report.message().to_owned(),
-            sqlstate: sqlstate(report.sql_error_code() as i32),
-        },
+        | CaughtError::RustPanic { ereport: report, .. } => {
+            Failure { message: report.message().to_owned(), sqlstate: sqlstate(report.sql_error_code() as i32) }
+        }
     }
 }
 

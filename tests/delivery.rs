@@ -29,11 +29,8 @@ struct Delivered {
 
 impl Delivered {
     fn parse(channel: String, raw: String) -> Delivered {
-        let json: Value =
-            serde_json::from_str(&raw).unwrap_or_else(|e| panic!("payload is not JSON ({e}): {raw}"));
-        let position = json["position"]
-            .as_i64()
-            .unwrap_or_else(|| panic!("payload has no integer position: {raw}"));
+        let json: Value = serde_json::from_str(&raw).unwrap_or_else(|e| panic!("payload is not JSON ({e}): {raw}"));
+        let position = json["position"].as_i64().unwrap_or_else(|| panic!("payload has no integer position: {raw}"));
         Delivered { channel, raw, json, position }
     }
 
@@ -95,8 +92,7 @@ fn assert_exactly_in_order(received: &[i64], committed: &BTreeSet<i64>) {
         counts.into_iter().filter(|(_, n)| *n > 1).map(|(p, _)| p).collect()
     };
     assert!(dupes.is_empty(), "positions delivered more than once: {dupes:?}");
-    let out_of_order: Vec<(i64, i64)> =
-        received.windows(2).filter(|w| w[0] >= w[1]).map(|w| (w[0], w[1])).collect();
+    let out_of_order: Vec<(i64, i64)> = received.windows(2).filter(|w| w[0] >= w[1]).map(|w| (w[0], w[1])).collect();
     assert!(out_of_order.is_empty(), "positions out of order (earlier, later): {out_of_order:?}");
     let received_set: BTreeSet<i64> = received.iter().copied().collect();
     let missing: Vec<i64> = committed.difference(&received_set).copied().collect();
@@ -188,9 +184,7 @@ fn commit_delivers_the_exact_payload() {
 
     let position = publish(&mut client, "payment.success", PAYMENT); // autocommit
 
-    let (channel, raw) = listener
-        .next(Duration::from_secs(10))
-        .expect("no notification within 10 s of the commit");
+    let (channel, raw) = listener.next(Duration::from_secs(10)).expect("no notification within 10 s of the commit");
     assert_eq!(channel, "payment.success");
     let payload = json(&raw);
     let stored = get_event(&mut client, position);
@@ -209,10 +203,7 @@ fn commit_delivers_the_exact_payload() {
     // Compact JSON: no whitespace outside strings.
     assert!(!raw.contains(": ") && !raw.contains(", "), "payload is not compact: {raw}");
 
-    assert!(
-        listener.next(Duration::from_millis(500)).is_none(),
-        "a second notification arrived for a single event"
-    );
+    assert!(listener.next(Duration::from_millis(500)).is_none(), "a second notification arrived for a single event");
 }
 
 #[test]
@@ -223,22 +214,18 @@ fn rollback_delivers_nothing() {
 
     let rolled_back = {
         let mut tx = client.transaction().unwrap();
-        let a: i64 = tx
-            .query_one("SELECT streams.publish('payment.success', $1::text::jsonb)", &[&PAYMENT])
-            .unwrap()
-            .get(0);
-        let b: i64 = tx
-            .query_one("SELECT streams.publish('payment.marker', '{\"rolled_back\":true}')", &[])
-            .unwrap()
-            .get(0);
+        let a: i64 =
+            tx.query_one("SELECT streams.publish('payment.success', $1::text::jsonb)", &[&PAYMENT]).unwrap().get(0);
+        let b: i64 =
+            tx.query_one("SELECT streams.publish('payment.marker', '{\"rolled_back\":true}')", &[]).unwrap().get(0);
         tx.rollback().unwrap();
         [a, b]
     };
     let marker = publish(&mut client, "payment.marker", r#"{"marker":true}"#);
     assert!(marker > rolled_back[1], "positions are handed out in order");
 
-    let first = next_delivered(&mut listener, Duration::from_secs(10))
-        .expect("the marker was not delivered within 10 s");
+    let first =
+        next_delivered(&mut listener, Duration::from_secs(10)).expect("the marker was not delivered within 10 s");
     assert_eq!(first.position, marker, "first notification is not the marker: {}", first.raw);
     assert_eq!(first.channel, "payment.marker");
     assert_eq!(first.json["data"], json(r#"{"marker":true}"#));
@@ -267,8 +254,8 @@ fn large_event_arrives_truncated_and_get_returns_it_whole() {
     assert!(data.len() > 20_000);
     let position = publish(&mut client, "files.uploaded", &data);
 
-    let d = next_delivered(&mut listener, Duration::from_secs(10))
-        .expect("the large event was not delivered within 10 s");
+    let d =
+        next_delivered(&mut listener, Duration::from_secs(10)).expect("the large event was not delivered within 10 s");
     assert_eq!(d.position, position);
     assert_eq!(d.channel, "files.uploaded");
     assert!(d.raw.len() <= 7999, "payload is {} bytes, over the 7999-byte limit", d.raw.len());
@@ -358,12 +345,7 @@ fn concurrent_writers_deliver_exactly_the_committed_set_in_order() {
         assert_eq!(d.stream(), *stream, "stream of position {}", d.position);
         assert_eq!(d.json["data"], json(data), "data of position {}", d.position);
     }
-    eprintln!(
-        "{} events committed, {} rolled back, {} delivered",
-        committed.len(),
-        rolled_back,
-        delivered.len()
-    );
+    eprintln!("{} events committed, {} rolled back, {} delivered", committed.len(), rolled_back, delivered.len());
 }
 
 /// Poll pg_stat_activity until this database's worker has a pid other than `old`.
@@ -448,10 +430,7 @@ fn worker_terminated_mid_stream_loses_and_repeats_nothing() {
 
 #[test]
 fn new_database_gets_delivery_without_restart() {
-    let started: String = admin()
-        .query_one("SELECT pg_postmaster_start_time()::text", &[])
-        .unwrap()
-        .get(0);
+    let started: String = admin().query_one("SELECT pg_postmaster_start_time()::text", &[]).unwrap().get(0);
     let db = TestDb::new(); // CREATE DATABASE + CREATE EXTENSION, long after server start
     let mut listener = Listener::new(&db, &["signup.completed"]);
     let mut client = db.connect();
@@ -461,10 +440,7 @@ fn new_database_gets_delivery_without_restart() {
         .expect("no delivery within 10 s in a database created after server start");
     assert_eq!(d.position, position);
     assert_eq!(d.json["data"], json(r#"{"user":"u_1"}"#));
-    let still: String = admin()
-        .query_one("SELECT pg_postmaster_start_time()::text", &[])
-        .unwrap()
-        .get(0);
+    let still: String = admin().query_one("SELECT pg_postmaster_start_time()::text", &[]).unwrap().get(0);
     assert_eq!(started, still, "the server restarted");
 }
 
@@ -486,10 +462,8 @@ fn drop_database_with_the_extension_succeeds() {
         .batch_execute(&format!("DROP DATABASE {}", db.name))
         .unwrap_or_else(|e| panic!("DROP DATABASE {} (worker pid {pid}) failed: {e:?}", db.name));
 
-    let exists: bool = admin
-        .query_one("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", &[&db.name])
-        .unwrap()
-        .get(0);
+    let exists: bool =
+        admin.query_one("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", &[&db.name]).unwrap().get(0);
     assert!(!exists, "database still listed in pg_database");
     // No worker, and none coming back (the postmaster restarts a worker 1 s after exit code 1).
     let deadline = Instant::now() + Duration::from_secs(3);

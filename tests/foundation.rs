@@ -101,11 +101,7 @@ fn drop_extension_then_create_again_delivers() {
 
     let mut admin = admin();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while admin
-        .query_opt("SELECT 1 FROM pg_stat_activity WHERE pid = $1", &[&first_worker])
-        .unwrap()
-        .is_some()
-    {
+    while admin.query_opt("SELECT 1 FROM pg_stat_activity WHERE pid = $1", &[&first_worker]).unwrap().is_some() {
         assert!(std::time::Instant::now() < deadline, "the worker of a dropped extension leaves");
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -24,7 +24,10 @@ fn a_full_notification_queue_delays_delivery_but_never_visibility() {
     let pgdata = std::env::var("LITEBASE_STREAMS_PGDATA").expect("LITEBASE_STREAMS_PGDATA");
     let free = free_disk_bytes(&pgdata);
     if free < 20 << 30 {
-        eprintln!("SKIPPED a_full_notification_queue_delays_delivery_but_never_visibility: {} GB free, 20 GB needed", free >> 30);
+        eprintln!(
+            "SKIPPED a_full_notification_queue_delays_delivery_but_never_visibility: {} GB free, 20 GB needed",
+            free >> 30
+        );
         return;
     }
     wait_until("the notification queue is empty to begin with", Duration::from_secs(120), || {
@@ -61,7 +64,8 @@ fn a_full_notification_queue_delays_delivery_but_never_visibility() {
     // Publishing and visibility go on.
     let during: Vec<i64> = (1..=5).map(|n| publish(&mut owner, "orders", &format!(r#"{{"n":{n}}}"#))).collect();
     wait_for_horizon(&mut owner, *during.last().unwrap());
-    let visible = event_positions(&mut owner, "SELECT position FROM streams.events WHERE position > 1 ORDER BY position");
+    let visible =
+        event_positions(&mut owner, "SELECT position FROM streams.events WHERE position > 1 ORDER BY position");
     assert_eq!(visible, during, "events are visible while NOTIFY fails");
     wait_until("status reports the full queue", Duration::from_secs(20), || {
         let state: Option<String> = owner.query_one("SELECT notify_state FROM streams.status", &[]).unwrap().get(0);

@@ -55,7 +55,8 @@ fn late_commit_is_never_skipped() {
 #[test]
 fn repeatable_read_reader_sees_every_event_once() {
     read_while_writing(3, Duration::from_secs(3), |reader, after| {
-        let mut tx = reader.build_transaction().isolation_level(postgres::IsolationLevel::RepeatableRead).start().unwrap();
+        let mut tx =
+            reader.build_transaction().isolation_level(postgres::IsolationLevel::RepeatableRead).start().unwrap();
         let page = |tx: &mut postgres::Transaction<'_>| -> Vec<i64> {
             tx.query("SELECT position FROM streams.replay(after => $1, max_events => 50)", &[&after])
                 .unwrap()
@@ -128,7 +129,10 @@ fn spawn_writers(
                     for _ in 0..rng.gen_range(1..=3) {
                         let stream = if rng.gen_bool(0.5) { "stress.a" } else { "stress.b" };
                         let p: i64 = tx
-                            .query_one("SELECT streams.publish($1, jsonb_build_object('w', $2::int))", &[&stream, &(w as i32)])
+                            .query_one(
+                                "SELECT streams.publish($1, jsonb_build_object('w', $2::int))",
+                                &[&stream, &(w as i32)],
+                            )
                             .unwrap()
                             .get(0);
                         mine.push(p);

@@ -67,7 +67,10 @@ fn readers_see_only_the_streams_granted_to_them() {
     let revoked: bool =
         owner.query_one("SELECT streams.revoke('read', 'orders', $1::text::regrole)", &[&reader.name]).unwrap().get(0);
     assert!(revoked);
-    assert_eq!(streams_seen(&mut r, "SELECT stream FROM streams.events ORDER BY position"), ["payment.ok", "payment.fail"]);
+    assert_eq!(
+        streams_seen(&mut r, "SELECT stream FROM streams.events ORDER BY position"),
+        ["payment.ok", "payment.fail"]
+    );
     owner.query_one("SELECT streams.revoke('read', 'payment.*', $1::text::regrole)", &[&reader.name]).unwrap();
     let err = r.query("SELECT * FROM streams.events", &[]).unwrap_err();
     assert_eq!(sqlstate(&err), "42501", "no read grant left: no access to the view");
@@ -96,7 +99,8 @@ fn a_function_in_the_callers_query_never_sees_hidden_events() {
     .unwrap();
     r.batch_execute("SELECT * FROM streams.events WHERE public.peek(data)").unwrap();
     r.batch_execute("SELECT * FROM streams.replay() WHERE public.peek(data)").unwrap();
-    let leaked: i64 = r.query_one("SELECT count(*) FROM public.seen WHERE data::text LIKE '%internal%'", &[]).unwrap().get(0);
+    let leaked: i64 =
+        r.query_one("SELECT count(*) FROM public.seen WHERE data::text LIKE '%internal%'", &[]).unwrap().get(0);
     assert_eq!(leaked, 0, "the reader's function saw events of a stream it may not read");
     let seen: i64 = r.query_one("SELECT count(*) FROM public.seen", &[]).unwrap().get(0);
     assert!(seen > 0, "it did run on the readable ones");

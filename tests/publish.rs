@@ -16,7 +16,8 @@ fn rollback_publishes_nothing() {
     let committed = publish(&mut c, "payment.success", PAYMENT);
     wait_for_horizon(&mut c, committed);
     assert_eq!(event_positions(&mut c, "SELECT position FROM streams.events"), vec![committed]);
-    assert!(event_positions(&mut c, &format!("SELECT position FROM streams.event_log WHERE position = {rolled_back}")).is_empty());
+    assert!(event_positions(&mut c, &format!("SELECT position FROM streams.event_log WHERE position = {rolled_back}"))
+        .is_empty());
 }
 
 #[test]
@@ -47,9 +48,7 @@ fn commit_publishes_durably_with_the_returned_position() {
     let mut c = db.connect();
     let position = publish(&mut c, "payment.success", PAYMENT);
     wait_for_horizon(&mut c, position);
-    let row = c
-        .query_one("SELECT stream, data::text FROM streams.events WHERE position = $1", &[&position])
-        .unwrap();
+    let row = c.query_one("SELECT stream, data::text FROM streams.events WHERE position = $1", &[&position]).unwrap();
     assert_eq!(row.get::<_, String>(0), "payment.success");
     assert_eq!(row.get::<_, String>(1), r#"{"amount": 49.00, "order_id": "ord_123"}"#);
 }
@@ -108,10 +107,7 @@ fn publish_batch_appends_in_array_order() {
     let db = TestDb::new();
     let mut c = db.connect();
     let positions: Vec<i64> = c
-        .query(
-            r#"SELECT * FROM streams.publish_batch('orders', ARRAY['{"n":1}','{"n":2}','{"n":3}']::jsonb[])"#,
-            &[],
-        )
+        .query(r#"SELECT * FROM streams.publish_batch('orders', ARRAY['{"n":1}','{"n":2}','{"n":3}']::jsonb[])"#, &[])
         .unwrap()
         .iter()
         .map(|r| r.get(0))
@@ -268,7 +264,9 @@ fn granted_role_publishes_and_replays_without_table_access() {
     let tx: String = c.query_one("SELECT pg_current_xact_id()::text", &[]).unwrap().get(0);
     c.batch_execute("COMMIT").unwrap();
     wait_for_horizon(&mut owner, p);
-    for args in ["", "after => 0", "stream => 'orders'", "since => now() - interval '1 hour'", &format!("from_tx => '{tx}'")] {
+    for args in
+        ["", "after => 0", "stream => 'orders'", "since => now() - interval '1 hour'", &format!("from_tx => '{tx}'")]
+    {
         let got: Vec<i64> = c
             .query(&format!("SELECT position FROM streams.replay({args})"), &[])
             .unwrap()

@@ -67,7 +67,10 @@ fn replay_since_a_time() {
     assert_eq!(replay(&mut c, "since => now() + interval '1 hour'"), Vec::<i64>::new());
     // The same rows through plain SQL on the view.
     assert_eq!(
-        event_positions(&mut c, &format!("SELECT position FROM streams.events WHERE time >= '{since}' ORDER BY position")),
+        event_positions(
+            &mut c,
+            &format!("SELECT position FROM streams.events WHERE time >= '{since}' ORDER BY position")
+        ),
         late
     );
 }
@@ -111,10 +114,7 @@ fn max_events_limits_and_pages() {
         paged.extend(page);
     }
     assert_eq!(paged, p);
-    let default_limit: i64 = c
-        .query_one("SELECT count(*) FROM streams.replay()", &[])
-        .unwrap()
-        .get(0);
+    let default_limit: i64 = c.query_one("SELECT count(*) FROM streams.replay()", &[]).unwrap().get(0);
     assert_eq!(default_limit, 5);
 }
 
@@ -124,7 +124,10 @@ fn get_returns_one_event_or_null() {
     let mut c = db.connect();
     let p = seed(&mut c);
     let row = c
-        .query_one("SELECT position, stream, data->>'n', tx IS NOT NULL, time IS NOT NULL FROM streams.get($1)", &[&p[2]])
+        .query_one(
+            "SELECT position, stream, data->>'n', tx IS NOT NULL, time IS NOT NULL FROM streams.get($1)",
+            &[&p[2]],
+        )
         .unwrap();
     assert_eq!(row.get::<_, i64>(0), p[2]);
     assert_eq!(row.get::<_, String>(1), "payment.failed");

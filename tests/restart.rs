@@ -49,10 +49,8 @@ fn immediate_shutdown_keeps_every_committed_event() {
         for e in 0..(1 + t % 3) {
             let stream = if e % 2 == 0 { "ledger.credit" } else { "ledger.debit" };
             let data = format!(r#"{{"t":{t},"e":{e},"amount":{t}.{e}0}}"#);
-            let position: i64 = tx
-                .query_one("SELECT streams.publish($1, $2::text::jsonb)", &[&stream, &data])
-                .unwrap()
-                .get(0);
+            let position: i64 =
+                tx.query_one("SELECT streams.publish($1, $2::text::jsonb)", &[&stream, &data]).unwrap().get(0);
             published.push((position, stream.to_owned(), data));
         }
         tx.commit().unwrap();
@@ -80,8 +78,7 @@ fn immediate_shutdown_keeps_every_committed_event() {
     let h = horizon(&mut client);
     assert!(h < lost, "horizon {h} passed the open transaction's position {lost}");
     assert!(h >= last_final);
-    let all_committed: Vec<i64> =
-        published.iter().map(|p| p.0).chain(held_back.iter().map(|p| p.0)).collect();
+    let all_committed: Vec<i64> = published.iter().map(|p| p.0).chain(held_back.iter().map(|p| p.0)).collect();
     let highest_before = *all_committed.iter().chain([&lost]).max().unwrap();
 
     common::pg_ctl(&["stop", "-m", "immediate"]);
@@ -99,8 +96,7 @@ fn immediate_shutdown_keeps_every_committed_event() {
     let after = final_events(&mut client);
     let (kept, rest) = after.split_at(before.len().min(after.len()));
     assert_eq!(kept, &before[..], "events final before the crash changed or went missing");
-    let rest_summary: Vec<(i64, String, Value)> =
-        rest.iter().map(|r| (r.0, r.1.clone(), json(&r.4))).collect();
+    let rest_summary: Vec<(i64, String, Value)> = rest.iter().map(|r| (r.0, r.1.clone(), json(&r.4))).collect();
     let expected_rest: Vec<(i64, String, Value)> =
         held_back.iter().map(|(p, d)| (*p, "ledger.debit".to_owned(), json(d))).collect();
     assert_eq!(rest_summary, expected_rest, "events committed behind the open transaction after the crash");
@@ -108,19 +104,16 @@ fn immediate_shutdown_keeps_every_committed_event() {
         let row = before.iter().find(|r| r.0 == *position).unwrap();
         assert_eq!(json(&row.4), json(data), "data of position {position}");
     }
-    let lost_rows: i64 = client
-        .query_one("SELECT count(*) FROM streams.event_log WHERE position = $1", &[&lost])
-        .unwrap()
-        .get(0);
+    let lost_rows: i64 =
+        client.query_one("SELECT count(*) FROM streams.event_log WHERE position = $1", &[&lost]).unwrap().get(0);
     assert_eq!(lost_rows, 0, "the uncommitted event at {lost} survived the crash");
 
     // Publishing goes on above every position handed out before, and is delivered live.
     let mut listener = Listener::new(&db, &["ledger.credit"]);
     let fresh = publish(&mut client, "ledger.credit", r#"{"after_restart":true}"#);
     assert!(fresh > highest_before, "new position {fresh} is not above {highest_before}");
-    let (channel, payload) = listener
-        .next(Duration::from_secs(10))
-        .expect("no notification for an event published after the restart");
+    let (channel, payload) =
+        listener.next(Duration::from_secs(10)).expect("no notification for an event published after the restart");
     assert_eq!(channel, "ledger.credit");
     let payload = json(&payload);
     assert_eq!(payload["position"].as_i64(), Some(fresh), "payload: {payload}");

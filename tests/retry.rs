@@ -23,7 +23,8 @@ fn failing_round_is_retried_and_publishers_are_unaffected() {
 
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let state: String = observer.query_one("SELECT worker_state FROM streams._worker_status()", &[]).unwrap().get(0);
+        let state: String =
+            observer.query_one("SELECT worker_state FROM streams._worker_status()", &[]).unwrap().get(0);
         if state == "retrying" {
             break;
         }

@@ -31,7 +31,9 @@ fn worker_pins_its_session_settings() {
         .unwrap();
     let old = db.wait_for_worker();
     admin().execute("SELECT pg_terminate_backend($1)", &[&old]).unwrap();
-    wait_until("a new worker starts under the hostile settings", Duration::from_secs(20), || db.wait_for_worker() != old);
+    wait_until("a new worker starts under the hostile settings", Duration::from_secs(20), || {
+        db.wait_for_worker() != old
+    });
 
     // Clients undo the hostile settings in their startup packet, which
     // outranks the database's; the worker has to do it on its own.
@@ -131,7 +133,8 @@ fn a_failed_drop_database_leaves_delivery_running() {
     let worker = db.wait_for_worker();
     let mut config = base_config();
     config.user(&stranger.name);
-    let err = config.connect(postgres::NoTls).unwrap().batch_execute(&format!("DROP DATABASE {}", db.name)).unwrap_err();
+    let err =
+        config.connect(postgres::NoTls).unwrap().batch_execute(&format!("DROP DATABASE {}", db.name)).unwrap_err();
     assert_eq!(sqlstate(&err), "42501");
     let mut c = db.connect();
     let mut listener = Listener::new(&db, &["orders"]);
@@ -243,7 +246,10 @@ fn brin_ranges_are_summarised_without_flooding_the_log() {
     let tx: String = c.query_one("SELECT tx::text FROM streams.event_log WHERE position = 1000", &[]).unwrap().get(0);
     wait_until("a lookup by tx reads a few block ranges, not the unsummarised tail", Duration::from_secs(90), || {
         let plan: Vec<String> = c
-            .query(&format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT * FROM streams.event_log WHERE tx = '{tx}'"), &[])
+            .query(
+                &format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT * FROM streams.event_log WHERE tx = '{tx}'"),
+                &[],
+            )
             .unwrap()
             .iter()
             .map(|r| r.get(0))

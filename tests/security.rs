@@ -52,11 +52,18 @@ fn worker_never_runs_operators_planted_in_its_search_path() {
     wait_for_horizon(&mut owner, first); // the worker has planned its statements
 
     let mut evil = db.connect_as(&attacker.name);
-    let inexact = [("*", "numeric", "integer", "numeric"), ("-", "bigint", "integer", "bigint"), ("+", "bigint", "integer", "bigint")];
+    let inexact = [
+        ("*", "numeric", "integer", "numeric"),
+        ("-", "bigint", "integer", "bigint"),
+        ("+", "bigint", "integer", "bigint"),
+    ];
     evil.batch_execute(&booby_traps("public", &attacker.name, &inexact)).unwrap();
     let second = publish(&mut owner, "orders", r#"{"n":2}"#);
     wait_for_horizon(&mut owner, second);
-    assert!(!is_superuser(&attacker.name), "operators planted after the worker planned its statements ran as superuser");
+    assert!(
+        !is_superuser(&attacker.name),
+        "operators planted after the worker planned its statements ran as superuser"
+    );
 
     // Now exact matches for what a round compares, with public searched first.
     let exact = [
@@ -75,7 +82,9 @@ fn worker_never_runs_operators_planted_in_its_search_path() {
     owner.batch_execute(&format!("ALTER DATABASE {} SET search_path = public, pg_catalog", db.name)).unwrap();
     let old_worker = db.wait_for_worker();
     admin().execute("SELECT pg_terminate_backend($1)", &[&old_worker]).unwrap();
-    wait_until("a new worker replaces the terminated one", Duration::from_secs(20), || db.wait_for_worker() != old_worker);
+    wait_until("a new worker replaces the terminated one", Duration::from_secs(20), || {
+        db.wait_for_worker() != old_worker
+    });
 
     let mut safe = db.connect();
     safe.batch_execute("SET search_path = pg_catalog, pg_temp").unwrap();
@@ -105,8 +114,12 @@ fn status_functions_ignore_the_callers_search_path() {
         ))
         .unwrap();
     let mut evil = db.connect_as(&ops.name);
-    evil.batch_execute(&booby_traps("mine", &ops.name, &[("-", "bigint", "integer", "bigint"), ("-", "bigint", "bigint", "bigint")]))
-        .unwrap();
+    evil.batch_execute(&booby_traps(
+        "mine",
+        &ops.name,
+        &[("-", "bigint", "integer", "bigint"), ("-", "bigint", "bigint", "bigint")],
+    ))
+    .unwrap();
     evil.batch_execute("SET search_path = mine, pg_catalog").unwrap();
     let row = evil.query_one("SELECT newest_position, horizon FROM streams.status", &[]).unwrap();
     assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (0, 0));
@@ -183,10 +196,7 @@ fn security_definer_functions_pin_search_path_and_are_not_public() {
     // cannot look up transactions.
     let nobody = TestRole::new(&db, "nobody", "");
     c.batch_execute(&format!("GRANT USAGE ON SCHEMA streams TO {}", nobody.name)).unwrap();
-    let err = db
-        .connect_as(&nobody.name)
-        .query_one("SELECT streams._replay_start(now(), NULL)", &[])
-        .unwrap_err();
+    let err = db.connect_as(&nobody.name).query_one("SELECT streams._replay_start(now(), NULL)", &[]).unwrap_err();
     assert_eq!(sqlstate(&err), "42501");
 }
 
@@ -244,7 +254,8 @@ fn default_privileges_do_not_reach_the_log() {
         .map(|r| r.get(0))
         .collect();
     assert!(leaks.is_empty(), "default privileges reached {leaks:?}");
-    let create: bool = c.query_one("SELECT has_schema_privilege($1, 'streams', 'CREATE')", &[&reporting.name]).unwrap().get(0);
+    let create: bool =
+        c.query_one("SELECT has_schema_privilege($1, 'streams', 'CREATE')", &[&reporting.name]).unwrap().get(0);
     assert!(!create, "nobody else may create objects in schema streams");
     c.batch_execute(&format!("ALTER DEFAULT PRIVILEGES REVOKE ALL ON TABLES FROM {0}; ALTER DEFAULT PRIVILEGES REVOKE ALL ON SEQUENCES FROM {0}; ALTER DEFAULT PRIVILEGES REVOKE ALL ON SCHEMAS FROM {0}", reporting.name)).unwrap();
 }
@@ -384,10 +395,13 @@ fn huge_events_do_not_grow_the_worker_and_can_be_refused() {
     assert_eq!(sqlstate(&err), "42501");
     c.batch_execute("SET litebase_streams.max_event_size = '1kB'").unwrap();
     let stored = count_stored(&mut c);
-    let err = c.batch_execute("SELECT streams.publish('big', jsonb_build_object('blob', repeat('y', 2000)))").unwrap_err();
+    let err =
+        c.batch_execute("SELECT streams.publish('big', jsonb_build_object('blob', repeat('y', 2000)))").unwrap_err();
     assert_eq!(sqlstate(&err), "54000", "{err}");
     let err = c
-        .batch_execute("SELECT streams.publish_batch('big', ARRAY['{}', jsonb_build_object('blob', repeat('y', 2000))])")
+        .batch_execute(
+            "SELECT streams.publish_batch('big', ARRAY['{}', jsonb_build_object('blob', repeat('y', 2000))])",
+        )
         .unwrap_err();
     assert_eq!(sqlstate(&err), "54000");
     assert_eq!(count_stored(&mut c), stored, "nothing written");
@@ -405,7 +419,8 @@ fn run_all(client: &mut Client, statements: &[&str]) {
 #[test]
 fn readme_grant_recipes_work_for_their_roles() {
     let db = TestDb::new();
-    let (app, reader, ops) = (TestRole::new(&db, "app", ""), TestRole::new(&db, "reader", ""), TestRole::new(&db, "ops", ""));
+    let (app, reader, ops) =
+        (TestRole::new(&db, "app", ""), TestRole::new(&db, "reader", ""), TestRole::new(&db, "ops", ""));
     let mut owner = db.connect();
     run_all(
         &mut owner,

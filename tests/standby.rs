@@ -82,10 +82,7 @@ impl Drop for Standby {
 fn catch_up(primary: &mut Client, standby: &mut Client) {
     let lsn: String = primary.query_one("SELECT pg_current_wal_insert_lsn()::text", &[]).unwrap().get(0);
     wait_until("the standby replays the primary's WAL", Duration::from_secs(30), || {
-        standby
-            .query_one("SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn", &[&lsn])
-            .unwrap()
-            .get::<_, bool>(0)
+        standby.query_one("SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn", &[&lsn]).unwrap().get::<_, bool>(0)
     });
 }
 
@@ -110,7 +107,11 @@ fn a_standby_serves_final_events_and_a_promoted_one_delivers() {
     let standby = Standby::start();
     let mut s = standby.connect(&db.name);
     catch_up(&mut primary, &mut s);
-    assert_eq!(positions(&mut s, "SELECT position FROM streams.events ORDER BY position"), first, "held and later stay hidden");
+    assert_eq!(
+        positions(&mut s, "SELECT position FROM streams.events ORDER BY position"),
+        first,
+        "held and later stay hidden"
+    );
     assert_eq!(positions(&mut s, "SELECT position FROM streams.replay(after => 0)"), first);
     let got: Option<i64> = s.query_one("SELECT (streams.get($1)).position", &[&first[1]]).unwrap().get(0);
     assert_eq!(got, Some(first[1]));

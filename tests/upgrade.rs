@@ -25,7 +25,8 @@ use serde_json::Value;
 /// One row of `streams.events` as text: position, stream, time, tx, data.
 type EventRow = (i64, String, Option<String>, String, String);
 
-const SNAPSHOT: &str = "SELECT position, stream, time::text, tx::text, data::text FROM streams.events ORDER BY position";
+const SNAPSHOT: &str =
+    "SELECT position, stream, time::text, tx::text, data::text FROM streams.events ORDER BY position";
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -70,9 +71,9 @@ fn semver(version: &str) -> (u64, u64, u64, bool, String) {
         None => (version, String::new()),
     };
     let core = core.split_once('+').map_or(core, |(c, _)| c);
-    let mut parts = core.split('.').map(|p| {
-        p.parse::<u64>().unwrap_or_else(|_| panic!("extension version {version:?} is not semver"))
-    });
+    let mut parts = core
+        .split('.')
+        .map(|p| p.parse::<u64>().unwrap_or_else(|_| panic!("extension version {version:?} is not semver")));
     let major = parts.next().unwrap_or(0);
     let minor = parts.next().unwrap_or(0);
     let patch = parts.next().unwrap_or(0);
@@ -119,11 +120,10 @@ fn next_received(listener: &mut Listener, timeout: Duration) -> Option<Received>
     let mut notifications = listener.client.notifications();
     let mut it = notifications.timeout_iter(timeout);
     it.next().expect("reading notifications").map(|n| {
-        let payload: Value = serde_json::from_str(n.payload())
-            .unwrap_or_else(|e| panic!("payload is not JSON ({e}): {}", n.payload()));
-        let position = payload["position"]
-            .as_i64()
-            .unwrap_or_else(|| panic!("payload has no integer position: {}", n.payload()));
+        let payload: Value =
+            serde_json::from_str(n.payload()).unwrap_or_else(|e| panic!("payload is not JSON ({e}): {}", n.payload()));
+        let position =
+            payload["position"].as_i64().unwrap_or_else(|| panic!("payload has no integer position: {}", n.payload()));
         Received { position, pid: n.process_id(), payload }
     })
 }
@@ -205,10 +205,8 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
         .expect("0.1.0-style grants");
 
     // Events at 0.1.0, from the superuser and from the granted publisher.
-    let mut before = vec![
-        publish(&mut admin_c, "orders", PAYMENT),
-        publish(&mut admin_c, "audit", r#"{"who":"admin"}"#),
-    ];
+    let mut before =
+        vec![publish(&mut admin_c, "orders", PAYMENT), publish(&mut admin_c, "audit", r#"{"who":"admin"}"#)];
     let mut pub_c = db.connect_as(&publisher.name);
     before.push(publish(&mut pub_c, "orders", r#"{"n":1}"#));
     let batch: Vec<i64> = pub_c
@@ -258,7 +256,11 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
     assert_eq!(extversion(&mut admin_c), default_version(), "the update chain ends at the default version");
     wait_for_horizon(&mut admin_c, held);
     let with_held = events(&mut admin_c);
-    assert_eq!(&with_held[..snapshot.len()], &snapshot[..], "the update keeps every event: position, stream, time, tx and data");
+    assert_eq!(
+        &with_held[..snapshot.len()],
+        &snapshot[..],
+        "the update keeps every event: position, stream, time, tx and data"
+    );
     assert_eq!(with_held[snapshot.len()..].iter().map(|e| e.0).collect::<Vec<_>>(), vec![held]);
 
     // After the update, a transaction left open holds the horizon as before.
@@ -271,9 +273,7 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
     let holder_pid: i32 = holder.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
     wait_until("streams.status shows the later event allocated", WAIT, || status_row(&mut admin_c).0 >= later);
     wait_until("streams.status names the open transaction as the holder", WAIT, || {
-        let row = admin_c
-            .query_one("SELECT holder_pid, holder_position FROM streams.status", &[])
-            .unwrap();
+        let row = admin_c.query_one("SELECT holder_pid, holder_position FROM streams.status", &[]).unwrap();
         row.get::<_, Option<i32>>(0) == Some(holder_pid) && row.get::<_, Option<i64>>(1) == Some(held2)
     });
     wait_until("the worker is idle", WAIT, || status_row(&mut admin_c).1.as_deref() == Some("idle"));
@@ -316,10 +316,7 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
 
     // The roles of 0.1.0 now hold grants on every stream.
     let grants: Vec<(String, String, String)> = admin_c
-        .query(
-            "SELECT grantee::text, privilege, stream FROM streams.stream_grants ORDER BY 1, 2, 3",
-            &[],
-        )
+        .query("SELECT grantee::text, privilege, stream FROM streams.stream_grants ORDER BY 1, 2, 3", &[])
         .unwrap()
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
@@ -345,10 +342,8 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
     let published_after = [published, batch[0]];
     assert!(published > later);
     drop(pub_c);
-    let next: Vec<(i64, i32)> = (0..2)
-        .map_while(|_| next_received(&mut listener, WAIT))
-        .map(|n| (n.position, n.pid))
-        .collect();
+    let next: Vec<(i64, i32)> =
+        (0..2).map_while(|_| next_received(&mut listener, WAIT)).map(|n| (n.position, n.pid)).collect();
     assert_eq!(
         next,
         published_after.iter().map(|&p| (p, worker_pid)).collect::<Vec<_>>(),
@@ -373,10 +368,8 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
         .expect("the 0.1.0 reader calls streams.get")
         .get(0);
     assert_eq!(got.as_deref(), Some(r#"{"held": true}"#));
-    let reader_horizon: i64 = read_c
-        .query_one("SELECT streams.horizon()", &[])
-        .expect("the 0.1.0 reader calls streams.horizon")
-        .get(0);
+    let reader_horizon: i64 =
+        read_c.query_one("SELECT streams.horizon()", &[]).expect("the 0.1.0 reader calls streams.horizon").get(0);
     assert!(reader_horizon >= batch[0]);
     let err = read_c
         .batch_execute("SELECT streams.publish('orders', '{}')")
@@ -386,16 +379,16 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
 
     // The operator reads the status.
     let mut ops_c = db.connect_as(&ops.name);
-    let row = ops_c
-        .query_one("SELECT * FROM streams.status", &[])
-        .expect("the 0.1.0 operator selects from streams.status");
+    let row =
+        ops_c.query_one("SELECT * FROM streams.status", &[]).expect("the 0.1.0 operator selects from streams.status");
     let ops_worker: Option<i32> = row.get("worker_pid");
     assert_eq!(ops_worker, Some(worker_pid), "streams.status as the operator names the worker");
     drop(ops_c);
 
     // Dump the updated database and restore it into a new one.
     let final_events = events(&mut admin_c);
-    let expected: Vec<i64> = before.iter().copied().chain([held, held2, later]).chain(published_after.iter().copied()).collect();
+    let expected: Vec<i64> =
+        before.iter().copied().chain([held, held2, later]).chain(published_after.iter().copied()).collect();
     assert_eq!(final_events.iter().map(|e| e.0).collect::<Vec<_>>(), expected);
     assert_eq!(&final_events[..snapshot.len() + 3], &after[..], "the snapshot and the three later events, unchanged");
     let log_id: String = admin_c.query_one("SELECT streams.log_id()::text", &[]).unwrap().get(0);
@@ -541,12 +534,8 @@ SELECT coalesce(line, '<null line>') FROM lines ORDER BY coalesce(line, '<null l
 "#;
 
 fn describe(client: &mut Client) -> Vec<String> {
-    let mut lines: Vec<String> = client
-        .query(DESCRIBE, &[])
-        .expect("describing the extension's objects")
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let mut lines: Vec<String> =
+        client.query(DESCRIBE, &[]).expect("describing the extension's objects").iter().map(|r| r.get(0)).collect();
     lines.sort();
     lines
 }

@@ -39,7 +39,10 @@ fn a_database_without_a_worker_slot_says_so_and_gets_one_when_a_slot_frees() {
     };
     warnings.lock().unwrap().clear();
     let position = publish(&mut client, "orders", "{}");
-    assert!(warnings.lock().unwrap().iter().any(|code| code == "53000"), "publish warns that no worker serves the database");
+    assert!(
+        warnings.lock().unwrap().iter().any(|code| code == "53000"),
+        "publish warns that no worker serves the database"
+    );
     let state: String = client.query_one("SELECT worker_state FROM streams.status", &[]).unwrap().get(0);
     assert_eq!(state, "no worker slot");
 

@@ -62,11 +62,7 @@ impl TestDb {
     }
 
     pub fn without_extension() -> TestDb {
-        let name = format!(
-            "lbs_test_{}_{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
+        let name = format!("lbs_test_{}_{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
         admin().batch_execute(&format!("CREATE DATABASE {name}")).expect("CREATE DATABASE");
         TestDb { name }
     }
@@ -117,10 +113,7 @@ impl Drop for TestDb {
 }
 
 pub fn publish(client: &mut Client, stream: &str, data: &str) -> i64 {
-    client
-        .query_one("SELECT streams.publish($1, $2::text::jsonb)", &[&stream, &data])
-        .expect("publish")
-        .get(0)
+    client.query_one("SELECT streams.publish($1, $2::text::jsonb)", &[&stream, &data]).expect("publish").get(0)
 }
 
 pub fn horizon(client: &mut Client) -> i64 {
