@@ -47,6 +47,8 @@ LANGUAGE c AS 'MODULE_PATHNAME', '_acl_changed_wrapper';
 CREATE FUNCTION streams."_stream_matches"("stream" TEXT, "patterns" TEXT[]) RETURNS bool
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c AS 'MODULE_PATHNAME', '_stream_matches_wrapper';
+CREATE FUNCTION streams._era("position" bigint, era_bounds bigint[]) RETURNS integer
+LANGUAGE c IMMUTABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'litebase_streams_era';
 CREATE FUNCTION streams."worker_pid"() RETURNS INT
 STRICT STABLE PARALLEL SAFE
 LANGUAGE c AS 'MODULE_PATHNAME', 'worker_pid_wrapper';
@@ -88,8 +90,15 @@ STRICT VOLATILE SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c AS 'MODULE_PATHNAME', '_worker_status_wrapper';
 
--- Storage.
-ALTER TABLE streams.horizon_state ADD COLUMN delivered bigint;
+-- Storage. Eras (see streams.sql): every row of 0.1.0 is of era 0 and has its
+-- exact commit time, and the log was written by this cluster.
+ALTER TABLE streams.horizon_state ADD COLUMN delivered bigint,
+    ADD COLUMN system_identifier bigint, ADD COLUMN era_bounds bigint[];
+UPDATE streams.horizon_state SET system_identifier = (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s);
+ALTER TABLE streams.transactions ADD COLUMN era integer NOT NULL DEFAULT 0,
+    ADD COLUMN time_exact boolean NOT NULL DEFAULT true;
+ALTER TABLE streams.transactions DROP CONSTRAINT transactions_pkey;
+ALTER TABLE streams.transactions ADD PRIMARY KEY (tx, era);
 -- The worker summarises new BRIN ranges itself (see streams.sql).
 ALTER INDEX streams.event_log_tx SET (autosummarize = off);
 ALTER INDEX streams.transactions_committed_at SET (autosummarize = off);
@@ -232,8 +241,23 @@ COMMENT ON FUNCTION streams._newest_position() IS 'Internal: the newest allocate
 CREATE OR REPLACE VIEW streams.events WITH (security_invoker = true) AS
 SELECT e.position, e.stream, t.committed_at AS "time", e.tx, e.data
 FROM streams.event_log e
-LEFT JOIN streams.transactions t ON t.tx = e.tx
+LEFT JOIN streams.transactions t
+    ON t.tx = e.tx AND t.era = streams._era(e.position, (SELECT h.era_bounds FROM streams.horizon_state h))
 WHERE (e.position > coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)) IS NOT TRUE;
+
+CREATE OR REPLACE FUNCTION streams._replay_start(since timestamptz, from_tx xid8) RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE
+        WHEN since IS NOT NULL THEN
+            -- The first final event committed at or after `since`; replay's time
+            -- filter drops earlier commits that sit later on the timeline.
+            (SELECT min(t.first_position) - 1 FROM streams.transactions t WHERE t.committed_at >= since)
+        -- A transaction id used again after a restore into another cluster
+        -- names its newest transaction.
+        ELSE (SELECT t.first_position - 1 FROM streams.transactions t WHERE t.tx = from_tx
+              ORDER BY t.era DESC LIMIT 1)
+    END
+$$;
 
 -- streams.publish(stream text, data jsonb) -> bigint
 -- Append one event in the caller's transaction and return its position. It
@@ -406,6 +430,11 @@ COMMENT ON VIEW streams.status IS 'Horizon, newest position, worker state and la
 COMMENT ON TABLE streams.event_log IS 'Every event ever published, final or not; read streams.events instead.';
 COMMENT ON TABLE streams.transactions IS 'One row per publishing transaction: its commit time and first position.';
 COMMENT ON TABLE streams.horizon_state IS 'The persisted horizon and the last notified position (one row, written by the worker).';
+COMMENT ON COLUMN streams.transactions.era IS 'Which era of the log the transaction belongs to: a restore into another cluster starts a new one.';
+COMMENT ON COLUMN streams.transactions.time_exact IS 'False when the commit time was lost before it was recorded: committed_at is then when the worker recorded it.';
+COMMENT ON COLUMN streams.horizon_state.system_identifier IS 'The cluster that last wrote this row (pg_control_system()).';
+COMMENT ON COLUMN streams.horizon_state.era_bounds IS 'Positions after which a new era of transaction ids begins (one per restore into another cluster).';
+COMMENT ON FUNCTION streams._era(bigint, bigint[]) IS 'Internal: the era of the log a position belongs to.';
 COMMENT ON SEQUENCE streams.position_seq IS 'Hands out positions; advanced only by streams.publish and publish_batch.';
 COMMENT ON FUNCTION streams.get(bigint) IS 'One final event of a stream the caller may read, or null.';
 COMMENT ON FUNCTION streams._replay_check(bigint, timestamptz, xid8) IS 'Internal: at most one of after, since and from_tx.';
@@ -459,7 +488,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA streams FROM PUBLIC;
 GRANT SELECT ON streams.stream_grants TO PUBLIC;
 GRANT EXECUTE ON FUNCTION streams._replay_check(bigint, timestamptz, xid8),
     streams._stream_exact(text), streams._stream_prefix_low(text), streams._stream_prefix_high(text),
-    streams._replay_limit(integer), streams._stream_matches(text, text[]),
+    streams._replay_limit(integer), streams._stream_matches(text, text[]), streams._era(bigint, bigint[]),
     streams._reads_all(), streams._read_patterns(), streams._may_publish(text) TO PUBLIC;
 
 -- The roles captured above get their access back.

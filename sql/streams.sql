@@ -43,10 +43,21 @@ CREATE INDEX event_log_tx ON streams.event_log USING brin (tx streams.xid8_minma
 
 -- One row per publishing transaction, written by the worker as the horizon
 -- passes the transaction's first event: its commit time and first position.
+-- `era`: which stretch of the log the transaction belongs to. A log restored
+-- into another cluster starts a new era (see horizon_state.era_bounds): that
+-- cluster's transaction ids may repeat ids of restored events, and (tx, era)
+-- keeps each transaction's commit time apart. `time_exact` is false when the
+-- commit time was gone before the worker recorded it (commit timestamps
+-- truncated by VACUUM FREEZE while no worker ran, or an event restored from a
+-- dump taken before it was recorded): committed_at is then the time the
+-- worker recorded it, a bound the commit came before.
 CREATE TABLE streams.transactions (
-    tx             xid8 PRIMARY KEY,
+    tx             xid8 NOT NULL,
     committed_at   timestamptz NOT NULL,
-    first_position bigint NOT NULL
+    first_position bigint NOT NULL,
+    era            integer NOT NULL DEFAULT 0,
+    time_exact     boolean NOT NULL DEFAULT true,
+    PRIMARY KEY (tx, era)
 );
 -- The worker writes these rows in commit-time order (nearly), so BRIN finds a
 -- time range as well as a btree would, for next to nothing per row.
@@ -56,10 +67,16 @@ CREATE INDEX transactions_committed_at ON streams.transactions USING brin (commi
 -- The persisted horizon: every position at or below it is final. One row,
 -- written by the worker. `delivered`: the last position notified, when
 -- notifications lag behind visibility (null: everything visible was notified).
+-- `system_identifier`: the cluster that wrote it (pg_control_system()); a
+-- restore into another cluster brings the old one along, and the worker then
+-- appends the restored horizon to `era_bounds`: the positions after which a
+-- new era of transaction ids begins (see streams.transactions).
 CREATE TABLE streams.horizon_state (
-    id        boolean PRIMARY KEY DEFAULT true CHECK (id),
-    horizon   bigint NOT NULL,
-    delivered bigint
+    id                boolean PRIMARY KEY DEFAULT true CHECK (id),
+    horizon           bigint NOT NULL,
+    delivered         bigint,
+    system_identifier bigint,
+    era_bounds        bigint[]
 );
 
 -- Which log this is: a new id for every CREATE EXTENSION (also the one a
@@ -128,6 +145,12 @@ COMMENT ON TABLE streams.private_streams IS 'Stream names or patterns whose noti
 
 SELECT pg_catalog.pg_extension_config_dump('streams.stream_grants', '');
 SELECT pg_catalog.pg_extension_config_dump('streams.private_streams', '');
+
+-- streams._era(position, era_bounds) -> integer
+-- The era of the log a position belongs to (src/replay.rs); streams.events
+-- joins streams.transactions on it.
+CREATE FUNCTION streams._era("position" bigint, era_bounds bigint[]) RETURNS integer
+LANGUAGE c IMMUTABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'litebase_streams_era';
 
 -- The planner's estimate for the privilege test in streams.events: it keeps
 -- every row (see src/privileges.rs).
@@ -234,10 +257,14 @@ COMMENT ON FUNCTION streams._newest_position() IS 'Internal: the newest allocate
 -- stay ordered instead of sorting.
 -- security_invoker: the rows a reader sees are decided by the log's
 -- row-level security (above), as that reader.
+-- The join names the event's era (streams._era, a constant 0 until a log is
+-- restored into another cluster) so that a transaction id used again after
+-- a restore finds its own transaction.
 CREATE VIEW streams.events WITH (security_invoker = true) AS
 SELECT e.position, e.stream, t.committed_at AS "time", e.tx, e.data
 FROM streams.event_log e
-LEFT JOIN streams.transactions t ON t.tx = e.tx
+LEFT JOIN streams.transactions t
+    ON t.tx = e.tx AND t.era = streams._era(e.position, (SELECT h.era_bounds FROM streams.horizon_state h))
 WHERE (e.position > coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)) IS NOT TRUE;
 
 COMMENT ON VIEW streams.events IS 'Final events: position, stream, time (commit time), tx (xid8), data.';
@@ -283,7 +310,10 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
             -- The first final event committed at or after `since`; replay's time
             -- filter drops earlier commits that sit later on the timeline.
             (SELECT min(t.first_position) - 1 FROM streams.transactions t WHERE t.committed_at >= since)
-        ELSE (SELECT t.first_position - 1 FROM streams.transactions t WHERE t.tx = from_tx)
+        -- A transaction id used again after a restore into another cluster
+        -- names its newest transaction.
+        ELSE (SELECT t.first_position - 1 FROM streams.transactions t WHERE t.tx = from_tx
+              ORDER BY t.era DESC LIMIT 1)
     END
 $$;
 
@@ -497,6 +527,11 @@ COMMENT ON VIEW streams.status IS 'Horizon, newest position, worker state and la
 COMMENT ON TABLE streams.event_log IS 'Every event ever published, final or not; read streams.events instead.';
 COMMENT ON TABLE streams.transactions IS 'One row per publishing transaction: its commit time and first position.';
 COMMENT ON TABLE streams.horizon_state IS 'The persisted horizon and the last notified position (one row, written by the worker).';
+COMMENT ON COLUMN streams.transactions.era IS 'Which era of the log the transaction belongs to: a restore into another cluster starts a new one.';
+COMMENT ON COLUMN streams.transactions.time_exact IS 'False when the commit time was lost before it was recorded: committed_at is then when the worker recorded it.';
+COMMENT ON COLUMN streams.horizon_state.system_identifier IS 'The cluster that last wrote this row (pg_control_system()).';
+COMMENT ON COLUMN streams.horizon_state.era_bounds IS 'Positions after which a new era of transaction ids begins (one per restore into another cluster).';
+COMMENT ON FUNCTION streams._era(bigint, bigint[]) IS 'Internal: the era of the log a position belongs to.';
 COMMENT ON SEQUENCE streams.position_seq IS 'Hands out positions; advanced only by streams.publish and publish_batch.';
 COMMENT ON FUNCTION streams.get(bigint) IS 'One final event of a stream the caller may read, or null.';
 COMMENT ON FUNCTION streams._replay_check(bigint, timestamptz, xid8) IS 'Internal: at most one of after, since and from_tx.';
@@ -557,7 +592,7 @@ GRANT SELECT ON streams.stream_grants TO PUBLIC;
 -- as the caller.
 GRANT EXECUTE ON FUNCTION streams._replay_check(bigint, timestamptz, xid8),
     streams._stream_exact(text), streams._stream_prefix_low(text), streams._stream_prefix_high(text),
-    streams._replay_limit(integer), streams._stream_matches(text, text[]),
+    streams._replay_limit(integer), streams._stream_matches(text, text[]), streams._era(bigint, bigint[]),
     streams._reads_all(), streams._read_patterns(), streams._may_publish(text) TO PUBLIC;
 
 -- Start this database's worker when CREATE EXTENSION commits.

@@ -23,6 +23,28 @@
 //! when it can fit a notification: the size comes from the stored datum's
 //! header (no detoasting), so a 200 MB event costs the worker nothing.
 //!
+//! # Commit times are exact or marked
+//!
+//! A transaction's row in `streams.transactions` takes its commit time from
+//! `pg_commit_ts`, which VACUUM FREEZE truncates; a worker that falls behind
+//! long enough finds it gone. Nothing can stop the truncation (a worker that
+//! is not running cannot hold it back), so the row then gets the time the
+//! worker recorded it, an upper bound, with `time_exact` false, and the
+//! worker warns. An event restored from a dump before it was recorded is
+//! treated the same way: its `tx` belongs to the dumped cluster, and this
+//! cluster's commit time for that id is another transaction's (the event's
+//! `xmin`, the restore, tells them apart; see `record_final_events!`).
+//!
+//! # Eras
+//!
+//! Transaction ids are unique in one cluster, not across clusters. A log
+//! restored into another cluster holds ids that cluster hands out again, so
+//! the first round after such a restore (`horizon_state.system_identifier`
+//! is another cluster's) starts a new era at the restored horizon, and rows
+//! of `streams.transactions` are keyed by (tx, era). `streams.events` finds
+//! an event's era from its position (`streams._era`); `replay(from_tx => ..)`
+//! takes the newest transaction with that id.
+//!
 //! # Two schema versions
 //!
 //! The library serves databases still at extension version 0.1.0 (until
@@ -37,6 +59,7 @@ use pgrx::prelude::*;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult};
 use pgrx::{PgBuiltInOids, PgOid};
 
+use crate::error::StreamsError;
 use crate::horizon;
 use crate::notify::{encode_payload, pattern_matches, Event, MAX_DATA_TEXT_BYTES};
 use crate::pg_decls;
@@ -76,9 +99,16 @@ const MAX_DATA_READ_BYTES: usize = 8 * MAX_DATA_TEXT_BYTES;
 /// The statement head both recording statements share: the newly final
 /// events `ev` (with the given columns), at most `$3` of `($1, $2]`, and
 /// `fresh`, the `streams.transactions` row inserted for each transaction seen
-/// for the first time. When the commit timestamp is gone (truncated before the
-/// worker ran), the row gets the time of this round: the fallback is the only
-/// one there is.
+/// for the first time in this era (`$4`).
+///
+/// A commit time is exact only when it belongs to the transaction: it is gone
+/// when `pg_commit_ts` was truncated before the worker ran, and it belongs to
+/// another transaction when the event was restored from a dump (its `tx` is
+/// another cluster's, its row was inserted by the restore). The row then gets
+/// the time of this round, an upper bound, with `time_exact` false. An event
+/// inserted by its own transaction has `xmin` = `tx` or a subtransaction of
+/// it, which commits at the same time; when `xmin`'s commit time is gone too
+/// the event is taken to be its own.
 macro_rules! record_final_events {
     ($columns:literal) => {
         concat!(
@@ -90,6 +120,59 @@ WITH ev AS (
     WHERE position > $1 AND position <= $2
     ORDER BY position LIMIT $3
 ), fresh AS (
+    INSERT INTO streams.transactions (tx, committed_at, first_position, era, time_exact)
+    SELECT g.tx, coalesce(g.exact, pg_catalog.statement_timestamp()), g.first_position, $4, g.exact IS NOT NULL
+    FROM (
+        SELECT c.tx, c.first_position,
+               CASE WHEN c.inserter = c.tx::xid
+                      OR pg_catalog.pg_xact_commit_timestamp(c.inserter) IS NULL
+                      OR pg_catalog.pg_xact_commit_timestamp(c.inserter) = c.at
+                    THEN c.at END AS exact
+        FROM (
+            SELECT ev.tx, pg_catalog.min(ev.position) AS first_position,
+                   (pg_catalog.array_agg(ev.xmin))[1] AS inserter,
+                   pg_catalog.pg_xact_commit_timestamp(ev.tx::xid) AS at
+            FROM ev
+            WHERE NOT EXISTS (SELECT 1 FROM streams.transactions t WHERE t.tx = ev.tx AND t.era = $4)
+            GROUP BY ev.tx
+        ) c
+    ) g
+    RETURNING tx, committed_at, time_exact
+)"
+        )
+    };
+}
+
+/// The newly final events with their transaction's commit time and whether
+/// it is exact.
+const FETCH: &str = concat!(
+    record_final_events!("position, stream, tx, data, xmin"),
+    "
+SELECT ev.position, ev.stream::text, ev.tx::text::bigint,
+       coalesce(f.committed_at, t.committed_at), ev.data, coalesce(f.time_exact, t.time_exact)
+FROM ev
+LEFT JOIN fresh f ON f.tx = ev.tx
+LEFT JOIN streams.transactions t ON t.tx = ev.tx AND t.era = $4
+ORDER BY ev.position"
+);
+
+/// Visibility only: record commit times up to `$2` (a data-modifying CTE
+/// runs whether or not it is read); returns the last position covered, how
+/// many events that was, and how many transactions lost their commit time.
+const MARK: &str = concat!(
+    record_final_events!("position, tx, xmin"),
+    "
+SELECT (SELECT pg_catalog.max(position) FROM ev), (SELECT pg_catalog.count(*) FROM ev),
+       (SELECT pg_catalog.count(*) FROM fresh WHERE NOT fresh.time_exact)"
+);
+
+/// 0.1.0 has one era and nowhere to say that a commit time was lost.
+const FETCH_V0_1: &str = "
+WITH ev AS (
+    SELECT position, stream, tx, data FROM streams.event_log
+    WHERE position > $1 AND position <= $2
+    ORDER BY position LIMIT $3
+), fresh AS (
     INSERT INTO streams.transactions (tx, committed_at, first_position)
     SELECT ev.tx, coalesce(pg_catalog.pg_xact_commit_timestamp(ev.tx::xid), pg_catalog.statement_timestamp()),
            pg_catalog.min(ev.position)
@@ -97,37 +180,20 @@ WITH ev AS (
     WHERE NOT EXISTS (SELECT 1 FROM streams.transactions t WHERE t.tx = ev.tx)
     GROUP BY ev.tx
     RETURNING tx, committed_at
-)"
-        )
-    };
-}
-
-/// The newly final events with their transaction's commit time.
-const FETCH: &str = concat!(
-    record_final_events!("position, stream, tx, data"),
-    "
+)
 SELECT ev.position, ev.stream::text, ev.tx::text::bigint,
-       coalesce(f.committed_at, t.committed_at), ev.data
+       coalesce(f.committed_at, t.committed_at), ev.data, true
 FROM ev
 LEFT JOIN fresh f ON f.tx = ev.tx
 LEFT JOIN streams.transactions t ON t.tx = ev.tx
-ORDER BY ev.position"
-);
-
-/// Visibility only: record commit times up to `$2` (a data-modifying CTE
-/// runs whether or not it is read); returns the last position covered and
-/// how many events that was.
-const MARK: &str = concat!(
-    record_final_events!("position, tx"),
-    "
-SELECT (SELECT pg_catalog.max(position) FROM ev), (SELECT pg_catalog.count(*) FROM ev)"
-);
+ORDER BY ev.position";
 
 const READ_STATE: &str = "
-SELECT h.horizon, coalesce(h.delivered, h.horizon), streams._newest_position()
+SELECT h.horizon, coalesce(h.delivered, h.horizon), streams._newest_position(), h.system_identifier, h.era_bounds
 FROM (SELECT NULL) AS one LEFT JOIN streams.horizon_state h ON true";
 
-const READ_STATE_V0_1: &str = "SELECT streams.horizon(), streams.horizon(), streams._newest_position()";
+const READ_STATE_V0_1: &str =
+    "SELECT streams.horizon(), streams.horizon(), streams._newest_position(), NULL::bigint, NULL::bigint[]";
 
 /// The previous event of a stream, for an event whose stream the worker has
 /// not notified since it started.
@@ -144,12 +210,14 @@ const READ_PRIVATE_V0_1: &str = "SELECT NULL::text[]";
 /// restoring a dump (which carries the row) does not collide with it.
 const SAVE: &str = "
 WITH updated AS (
-    UPDATE streams.horizon_state SET horizon = $1, delivered = NULLIF($2, $1) WHERE id RETURNING 1
+    UPDATE streams.horizon_state
+    SET horizon = $1, delivered = NULLIF($2, $1), system_identifier = $3, era_bounds = $4
+    WHERE id RETURNING 1
 )
-INSERT INTO streams.horizon_state (id, horizon, delivered)
-SELECT true, $1, NULLIF($2, $1) WHERE NOT EXISTS (SELECT FROM updated)";
+INSERT INTO streams.horizon_state (id, horizon, delivered, system_identifier, era_bounds)
+SELECT true, $1, NULLIF($2, $1), $3, $4 WHERE NOT EXISTS (SELECT FROM updated)";
 
-/// 0.1.0 has no delivered position; `$2` is unused.
+/// 0.1.0 has no delivered position and no eras; `$2` to `$4` are unused.
 const SAVE_V0_1: &str = "
 WITH updated AS (UPDATE streams.horizon_state SET horizon = $1 WHERE id RETURNING 1)
 INSERT INTO streams.horizon_state (id, horizon) SELECT true, $1 WHERE NOT EXISTS (SELECT FROM updated)";
@@ -176,7 +244,7 @@ fn installed_schema() -> Option<(Schema, pg_sys::Oid)> {
 pub fn run(db: pg_sys::Oid, batch_size: i64, phase: Phase) -> Round {
     let Some((schema, log)) = installed_schema() else { return Round::ExtensionGone };
     Spi::connect_mut(|client| deliver(client, db, batch_size, phase, schema, log))
-        .unwrap_or_else(|e| error!("litebase_streams delivery: {e}"))
+        .unwrap_or_else(|e| StreamsError::Spi { doing: "a delivery round", error: e.to_string() }.raise())
 }
 
 /// The round's statements, planned once per worker and kept (the plan cache
@@ -188,7 +256,8 @@ struct Plans {
     read_private: OwnedPreparedStatement,
     previous: OwnedPreparedStatement,
     fetch: OwnedPreparedStatement,
-    mark: OwnedPreparedStatement,
+    /// Visibility rounds; 0.1.0 has none.
+    mark: Option<OwnedPreparedStatement>,
     save: OwnedPreparedStatement,
 }
 
@@ -235,18 +304,24 @@ fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plans>> {
         return Ok(plans);
     }
     let int8 = PgOid::BuiltIn(PgBuiltInOids::INT8OID);
-    let (read_state, read_private, save) = match schema {
-        Schema::Current => (READ_STATE, READ_PRIVATE, SAVE),
-        Schema::V0_1 => (READ_STATE_V0_1, READ_PRIVATE_V0_1, SAVE_V0_1),
+    let int4 = PgOid::BuiltIn(PgBuiltInOids::INT4OID);
+    let int8_array = PgOid::BuiltIn(PgBuiltInOids::INT8ARRAYOID);
+    let (read_state, read_private, fetch, save) = match schema {
+        Schema::Current => (READ_STATE, READ_PRIVATE, FETCH, SAVE),
+        Schema::V0_1 => (READ_STATE_V0_1, READ_PRIVATE_V0_1, FETCH_V0_1, SAVE_V0_1),
     };
+    let round = [int8, int8, int8, int4];
     let plans = Rc::new(Plans {
         schema,
         read_state: client.prepare(read_state, &[])?.keep(),
         read_private: client.prepare(read_private, &[])?.keep(),
         previous: client.prepare(PREVIOUS, &[PgOid::BuiltIn(PgBuiltInOids::TEXTOID), int8])?.keep(),
-        fetch: client.prepare_mut(FETCH, &[int8, int8, int8])?.keep(),
-        mark: client.prepare_mut(MARK, &[int8, int8, int8])?.keep(),
-        save: client.prepare_mut(save, &[int8, int8])?.keep(),
+        fetch: client.prepare_mut(fetch, &round)?.keep(),
+        mark: match schema {
+            Schema::Current => Some(client.prepare_mut(MARK, &round)?.keep()),
+            Schema::V0_1 => None,
+        },
+        save: client.prepare_mut(save, &[int8, int8, int8, int8_array])?.keep(),
     });
     PLANS.with(|p| *p.borrow_mut() = Some(plans.clone()));
     Ok(plans)
@@ -268,11 +343,14 @@ fn deliver(
     let persisted = state.get::<i64>(1)?.unwrap_or(0);
     let delivered = state.get::<i64>(2)?.unwrap_or(0);
     let max_allocated = state.get::<i64>(3)?.unwrap_or(0).max(0) as u64;
+    let eras =
+        Eras::read(schema, state.get::<i64>(1)?.is_some(), state.get::<i64>(4)?, state.get::<Vec<i64>>(5)?, persisted);
     let held = shmem::held_positions(db);
     crate::hold::enforce(max_allocated, &held);
     let horizon = (horizon::compute(max_allocated, held.iter().map(|(_, low)| *low)) as i64).max(persisted);
     let idle = Round::Done { horizon: persisted, delivered, more: false };
     match phase {
+        _ if eras.restored => {}
         Phase::Combined | Phase::Visibility
             if horizon == persisted && (phase == Phase::Visibility || delivered == persisted) =>
         {
@@ -290,24 +368,91 @@ fn deliver(
 
     let (new_horizon, new_delivered, more) = match phase {
         Phase::Visibility => {
+            let mark = plans.mark.as_ref().expect("split rounds only run on the current schema");
+            let limit = batch_size * 10;
             let row = client
-                .update(&plans.mark, None, &[persisted.into(), horizon.into(), (batch_size * 10).into()])?
+                .update(mark, None, &[persisted.into(), horizon.into(), limit.into(), eras.current().into()])?
                 .first();
             let (last, count) = (row.get::<i64>(1)?, row.get::<i64>(2)?.unwrap_or(0));
-            let more = count == batch_size * 10;
+            warn_lost_commit_times(row.get::<i64>(3)?.unwrap_or(0), persisted, last.unwrap_or(persisted));
+            let more = count == limit;
             (if more { last.unwrap_or(horizon) } else { horizon }, delivered, more)
         }
         Phase::Combined | Phase::Notify => {
             let private: Vec<String> =
                 client.select(&plans.read_private, None, &[])?.first().get::<Vec<String>>(1)?.unwrap_or_default();
             let upto = if phase == Phase::Notify { persisted } else { horizon };
-            let (sent_through, more) = notify_events(client, &plans, log, delivered, upto, batch_size, &private)?;
+            let batch = Batch { after: delivered, upto, limit: batch_size, era: eras.current() };
+            let (sent_through, more) = notify_events(client, &plans, log, batch, &private)?;
             let sent = if more { sent_through } else { upto };
             (sent.max(persisted), sent, more)
         }
     };
-    client.update(&plans.save, None, &[new_horizon.into(), new_delivered.into()])?;
+    let bounds = (!eras.bounds.is_empty()).then_some(eras.bounds);
+    client.update(
+        &plans.save,
+        None,
+        &[new_horizon.into(), new_delivered.into(), eras.system_identifier.into(), bounds.into()],
+    )?;
     Ok(Round::Done { horizon: new_horizon, delivered: new_delivered, more })
+}
+
+/// The eras of the log (see `streams.transactions` in sql/streams.sql): a log
+/// restored into another cluster carries transaction ids of that cluster,
+/// which this one may hand out again, so the first round after such a restore
+/// starts a new era at the restored horizon. Every event at or below it was
+/// recorded with its transaction in the cluster that wrote it (a dump holds
+/// the horizon and the transactions of one snapshot); every event above it is
+/// recorded here, in the new era.
+struct Eras {
+    /// The positions after which each later era begins.
+    bounds: Vec<i64>,
+    /// This cluster's, written with the horizon.
+    system_identifier: i64,
+    /// This round starts a new era.
+    restored: bool,
+}
+
+impl Eras {
+    fn read(schema: Schema, row_exists: bool, written_by: Option<i64>, bounds: Option<Vec<i64>>, horizon: i64) -> Eras {
+        // SAFETY: reads a field of the control file copy in shared memory,
+        // set at startup and never changed.
+        let system_identifier = unsafe { pg_sys::GetSystemIdentifier() } as i64;
+        let mut bounds = bounds.unwrap_or_default();
+        // A row without a system identifier comes from a 0.1.0 dump (the
+        // update to 0.2.0 and every later round write it).
+        let restored = schema == Schema::Current && row_exists && written_by != Some(system_identifier);
+        if restored {
+            bounds.push(horizon);
+            log!(
+                "litebase_streams: this log was restored from another cluster; events after position {horizon} \
+                 start era {} of its transaction ids",
+                bounds.len()
+            );
+        }
+        Eras { bounds, system_identifier, restored }
+    }
+
+    /// The era of every event a round records.
+    fn current(&self) -> i32 {
+        self.bounds.len() as i32
+    }
+}
+
+/// Tell the operator that some events carry an inexact time (`time_exact`).
+fn warn_lost_commit_times(transactions: i64, after: i64, through: i64) {
+    if transactions > 0 {
+        StreamsError::CommitTimesLost { transactions, after, through }.warn();
+    }
+}
+
+/// The events a notification round covers: `(after, upto]`, at most `limit`.
+#[derive(Clone, Copy)]
+struct Batch {
+    after: i64,
+    upto: i64,
+    limit: i64,
+    era: i32,
 }
 
 /// NOTIFY the events in `(after, upto]`, at most `batch_size`; returns the
@@ -316,14 +461,14 @@ fn notify_events(
     client: &mut SpiClient<'_>,
     plans: &Plans,
     log: pg_sys::Oid,
-    after: i64,
-    upto: i64,
-    batch_size: i64,
+    batch: Batch,
     private: &[String],
 ) -> SpiResult<(i64, bool)> {
-    let mut rows = client.update(&plans.fetch, None, &[after.into(), upto.into(), batch_size.into()])?;
+    let args = [batch.after.into(), batch.upto.into(), batch.limit.into(), batch.era.into()];
+    let mut rows = client.update(&plans.fetch, None, &args)?;
     let fetched = rows.len() as i64;
-    let mut last = after;
+    let mut last = batch.after;
+    let mut inexact = std::collections::HashSet::new();
     LAST_NOTIFIED.with(|l| {
         let mut l = l.borrow_mut();
         if l.log != log {
@@ -335,19 +480,23 @@ fn notify_events(
         let stream = row.get::<&str>(2)?.unwrap_or_default();
         let tx = row.get::<i64>(3)?.unwrap_or_default();
         let time_us = row.get::<pgrx::datum::TimestampWithTimeZone>(4)?.map_or(0, unix_micros);
+        if row.get::<bool>(6)? == Some(false) {
+            inexact.insert(tx);
+        }
         let is_private = private.iter().any(|p| pattern_matches(p, stream));
-        let data = if is_private { None } else { rows.get_datum_by_ordinal(5)?.and_then(|d| jsonb_text(d)) };
+        let data = if is_private { None } else { rows.get_datum_by_ordinal(5)?.and_then(jsonb_text) };
         let prev = LAST_NOTIFIED.with(|l| l.borrow_mut().previous(client, plans, stream, position))?;
         LAST_NOTIFIED.with(|l| l.borrow_mut().record(stream, position));
         let event = Event { position, stream, time_us, tx, prev, data: data.as_deref(), private: is_private };
-        let payload =
-            encode_payload(&event).unwrap_or_else(|e| error!("event {position} has data that is not valid JSON: {e}"));
+        let payload = encode_payload(&event)
+            .unwrap_or_else(|e| StreamsError::CorruptEvent { position, error: e.to_string() }.raise());
         let channel = CString::new(stream).expect("stream names hold no NUL");
         let payload = CString::new(payload).expect("JSON text holds no NUL");
         pg_decls::notify(&channel, &payload);
         last = position;
     }
-    Ok((last, fetched == batch_size))
+    warn_lost_commit_times(inexact.len() as i64, batch.after, last);
+    Ok((last, fetched == batch.limit))
 }
 
 /// Whether the JSON text of `jsonb` is longer than `limit` bytes, found

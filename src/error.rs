@@ -30,8 +30,16 @@ pub enum StreamsError {
     PermissionDenied { privilege: &'static str, stream: String },
     /// An event's data is larger than `litebase_streams.max_event_size`.
     EventTooLarge { size: usize, limit: usize },
-    /// A bug or a broken installation, never the user's input.
-    Internal(String),
+    /// An SPI call of the extension's own failed (a bug or a broken
+    /// installation): what it was doing, and SPI's answer.
+    Spi { doing: &'static str, error: String },
+    /// An object of the extension is missing (dropped by hand).
+    MissingObject(&'static str),
+    /// A stored event that cannot be read back (storage corruption).
+    CorruptEvent { position: i64, error: String },
+    /// A WARNING: the commit time of these transactions was lost before the
+    /// worker recorded it (see `time_exact` in `streams.transactions`).
+    CommitTimesLost { transactions: i64, after: i64, through: i64 },
     /// The database's encoding is not UTF-8.
     NotUtf8,
 }
@@ -59,8 +67,16 @@ impl fmt::Display for StreamsError {
             StreamsError::EventTooLarge { size, limit } => {
                 write!(f, "event data of {size} bytes exceeds litebase_streams.max_event_size ({limit} bytes)")
             }
-            StreamsError::Internal(message) => write!(f, "litebase_streams: {message}"),
             StreamsError::NotUtf8 => f.write_str("litebase_streams needs a database with UTF8 encoding"),
+            StreamsError::Spi { doing, .. } => write!(f, "litebase_streams: {doing} failed"),
+            StreamsError::MissingObject(name) => write!(f, "litebase_streams: {name} is missing"),
+            StreamsError::CorruptEvent { position, .. } => {
+                write!(f, "litebase_streams: the stored data of event {position} cannot be read")
+            }
+            StreamsError::CommitTimesLost { transactions, .. } => write!(
+                f,
+                "litebase_streams: the commit time of {transactions} transaction(s) was lost before it was recorded"
+            ),
         }
     }
 }
@@ -73,7 +89,10 @@ impl StreamsError {
             }
             StreamsError::NullArgument(_) => PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
             StreamsError::NotPreloaded { .. } => PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            StreamsError::NoPublisherSlot(_) | StreamsError::Internal(_) => PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            StreamsError::NoPublisherSlot(_) | StreamsError::Spi { .. } => PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            StreamsError::MissingObject(_) => PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            StreamsError::CorruptEvent { .. } => PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            StreamsError::CommitTimesLost { .. } => PgSqlErrorCode::ERRCODE_WARNING,
             StreamsError::PreparedPublish => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             StreamsError::PermissionDenied { .. } => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
             StreamsError::NotUtf8 => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -113,18 +132,51 @@ impl StreamsError {
             StreamsError::EventTooLarge { .. } => Some(
                 "Store large payloads elsewhere and publish a reference, or have a superuser raise the setting.".into(),
             ),
+            StreamsError::MissingObject(_) => Some(
+                "Objects of the extension must not be dropped by hand: recreate them with \
+                 DROP EXTENSION litebase_streams and CREATE EXTENSION litebase_streams (this drops the log; dump it first)."
+                    .into(),
+            ),
+            StreamsError::CommitTimesLost { .. } => Some(
+                "Commit timestamps are kept until VACUUM FREEZE truncates them: keep the worker running \
+                 (see streams.status). After a restore, events committed just before the dump was taken lose theirs."
+                    .into(),
+            ),
             _ => None,
         }
     }
 
-    /// Raise this error as a PostgreSQL ERROR. Does not return.
-    pub fn raise(self) -> ! {
+    fn detail(&self) -> Option<String> {
+        match self {
+            StreamsError::Spi { error, .. } | StreamsError::CorruptEvent { error, .. } => Some(error.clone()),
+            StreamsError::CommitTimesLost { after, through, .. } => Some(format!(
+                "Their events, at positions after {after} through {through}, carry the time the worker recorded \
+                 them instead, an upper bound; streams.transactions.time_exact is false for them."
+            )),
+            _ => None,
+        }
+    }
+
+    fn report(&self) -> ErrorReport {
         let mut report = ErrorReport::new(self.sqlstate(), self.to_string(), function_name!());
+        if let Some(detail) = self.detail() {
+            report = report.set_detail(detail);
+        }
         if let Some(hint) = self.hint() {
             report = report.set_hint(hint);
         }
-        report.report(PgLogLevel::ERROR);
+        report
+    }
+
+    /// Raise this error as a PostgreSQL ERROR. Does not return.
+    pub fn raise(self) -> ! {
+        self.report().report(PgLogLevel::ERROR);
         unreachable!("an ERROR report does not return")
+    }
+
+    /// Log this as a WARNING and go on.
+    pub fn warn(self) {
+        self.report().report(PgLogLevel::WARNING);
     }
 }
 

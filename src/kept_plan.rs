@@ -40,14 +40,15 @@ impl<const N: usize> KeptPlan<N> {
                 let mut types = self.types;
                 plan = pg_sys::SPI_prepare(self.sql.as_ptr(), N as i32, types.as_mut_ptr());
                 if plan.is_null() || pg_sys::SPI_keepplan(plan) != 0 {
-                    StreamsError::Internal(format!("cannot prepare {:?}", self.sql)).raise();
+                    StreamsError::Spi { doing: "preparing a statement", error: format!("{:?}", self.sql) }.raise();
                 }
                 self.plan.with(|p| p.set(plan));
             }
             pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), std::ptr::null(), false, 0)
         });
         if status != expected as i32 {
-            StreamsError::Internal(format!("{:?} failed (SPI status {status})", self.sql)).raise();
+            StreamsError::Spi { doing: "running a statement", error: format!("{:?}: SPI status {status}", self.sql) }
+                .raise();
         }
     }
 }
@@ -84,7 +85,8 @@ pub mod spi {
     /// SAFETY: call inside a transaction, and pair with [`finish`] in the same function call.
     pub unsafe fn connect() {
         if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
-            StreamsError::Internal("SPI_connect failed".into()).raise();
+            StreamsError::Spi { doing: "SPI_connect", error: "SPI_connect did not return SPI_OK_CONNECT".into() }
+                .raise();
         }
     }
 

@@ -59,8 +59,7 @@ fn position_sequence() -> pg_sys::Oid {
         let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), false);
         let seq = pg_sys::get_relname_relid(c"position_seq".as_ptr(), schema);
         if seq == pg_sys::InvalidOid {
-            StreamsError::Internal("sequence streams.position_seq is missing; reinstall litebase_streams".into())
-                .raise();
+            StreamsError::MissingObject("sequence streams.position_seq").raise();
         }
         seq
     }
@@ -198,7 +197,7 @@ fn log_owner(sequence: pg_sys::Oid) -> pg_sys::Oid {
     let owner = unsafe {
         let tuple = pg_sys::SearchSysCache1(pg_sys::SysCacheIdentifier::RELOID as i32, pg_sys::Datum::from(sequence));
         if tuple.is_null() {
-            StreamsError::Internal("sequence streams.position_seq vanished".into()).raise();
+            StreamsError::MissingObject("sequence streams.position_seq").raise();
         }
         let data = (*tuple).t_data;
         let form = (data as *const u8).add((*data).t_hoff as usize) as *const pg_sys::FormData_pg_class;

@@ -50,3 +50,48 @@ fn _replay_limit(max_events: Option<i32>) -> i32 {
         Some(n) => n,
     }
 }
+
+/// `streams._era(position, era_bounds)`: the era of the log `position`
+/// belongs to, which `streams.events` joins `streams.transactions` on. 0 for
+/// every position of a log never restored into another cluster; each such
+/// restore appends a bound (`streams.horizon_state.era_bounds`), and the
+/// positions above it are of the next era. Bounds are few and ascending.
+///
+/// A plain V1 function rather than a `#[pg_extern]`: it runs once per row a
+/// reader reads `time` of, and without bounds (the common case) it returns
+/// before touching anything.
+///
+/// # Safety
+/// SAFETY: called by the executor with the two arguments declared in
+/// sql/streams.sql (bigint, bigint[]).
+#[pg_guard]
+#[no_mangle]
+pub unsafe extern "C-unwind" fn litebase_streams_era(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    let args = (*fcinfo).args.as_slice(2);
+    if args[0].isnull || args[1].isnull {
+        return pg_sys::Datum::from(0i32);
+    }
+    let position = i64::from_datum(args[0].value, false).unwrap_or_default();
+    let bounds = pgrx::Array::<i64>::from_datum(args[1].value, false);
+    pg_sys::Datum::from(era_of(position, bounds.iter().flat_map(|b| b.iter().flatten())))
+}
+
+crate::pg_decls::function_info_v1!(pg_finfo_litebase_streams_era);
+
+fn era_of(position: i64, bounds: impl Iterator<Item = i64>) -> i32 {
+    bounds.filter(|&bound| position > bound).count() as i32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::era_of;
+
+    #[test]
+    fn a_position_above_a_bound_is_of_the_next_era() {
+        assert_eq!(era_of(5, [].into_iter()), 0);
+        assert_eq!(era_of(10, [10].into_iter()), 0);
+        assert_eq!(era_of(11, [10].into_iter()), 1);
+        assert_eq!(era_of(11, [10, 10].into_iter()), 2);
+        assert_eq!(era_of(500, [10, 200, 700].into_iter()), 2);
+    }
+}

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use pgrx::prelude::*;
 
-use crate::error::OrRaise;
+use crate::error::{OrRaise, StreamsError};
 use crate::horizon;
 use crate::shmem::{self, NotifyState, WorkerState};
 
@@ -18,7 +18,7 @@ use crate::shmem::{self, NotifyState, WorkerState};
 /// sequence without taking a transaction id.
 fn newest_position() -> i64 {
     Spi::connect(|client| client.select("SELECT streams._newest_position()", Some(1), &[])?.first().get_one::<i64>())
-        .unwrap_or_else(|e| error!("reading streams.position_seq: {e}"))
+        .unwrap_or_else(|e| StreamsError::Spi { doing: "reading streams.position_seq", error: e.to_string() }.raise())
         .unwrap_or(0)
 }
 

@@ -115,7 +115,9 @@ const PINNED_SETTINGS: &str = "
     SET client_min_messages = warning";
 
 fn pin_session_settings() {
-    Spi::run(PINNED_SETTINGS).unwrap_or_else(|e| error!("litebase_streams worker: pinning session settings: {e}"));
+    Spi::run(PINNED_SETTINGS).unwrap_or_else(|e| {
+        StreamsError::Spi { doing: "pinning the worker's session settings", error: e.to_string() }.raise()
+    });
 }
 
 fn extension_installed() -> bool {
@@ -265,7 +267,8 @@ fn summarize_new_ranges() {
         FROM pg_catalog.pg_class i
         WHERE i.relnamespace = 'streams'::pg_catalog.regnamespace AND i.relam = (SELECT a.oid FROM pg_catalog.pg_am a WHERE a.amname = 'brin')";
     let result = attempt(|| {
-        Spi::run(SUMMARIZE).unwrap_or_else(|e| StreamsError::Internal(format!("summarizing BRIN ranges: {e}")).raise())
+        Spi::run(SUMMARIZE)
+            .unwrap_or_else(|e| StreamsError::Spi { doing: "summarizing BRIN ranges", error: e.to_string() }.raise())
     });
     match result {
         // A lock timeout means autovacuum is on the table (and summarises too).

@@ -6,7 +6,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use postgres::NoTls;
 
 #[test]
 fn extension_installs_into_the_streams_schema() {
@@ -39,44 +38,9 @@ fn background_worker_is_visible_in_pg_stat_activity() {
 /// with SQLSTATE 55000, naming both settings and what to add.
 #[test]
 fn create_extension_without_preload_says_what_to_configure() {
-    let bindir = std::env::var("LITEBASE_STREAMS_PG_BINDIR").expect("LITEBASE_STREAMS_PG_BINDIR");
-    let dir = std::env::temp_dir().join(format!("lbs-preload-check-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let runas = std::env::var("LITEBASE_STREAMS_RUNAS").unwrap_or_default();
-    if !runas.is_empty() {
-        assert!(std::process::Command::new("chown").arg(&runas).arg(&dir).status().unwrap().success());
-    }
-    let data = dir.join("data");
-    let data = data.to_str().unwrap();
-    let ok = as_server_user(&format!("{bindir}/initdb"))
-        .args(["-D", data, "-U", "postgres", "--auth=trust"])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(ok.success(), "initdb");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let options = format!("-c port={port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={}", dir.display());
-    let pg_ctl = |args: &[&str]| {
-        as_server_user(&format!("{bindir}/pg_ctl"))
-            .args(["-D", data, "-w", "-l", &format!("{}/log", dir.display())])
-            .args(args)
-            .status()
-            .unwrap()
-    };
-    assert!(pg_ctl(&["-o", &options, "start"]).success(), "throwaway cluster starts");
-
-    let result = postgres::Config::new()
-        .host("127.0.0.1")
-        .port(port)
-        .user("postgres")
-        .dbname("postgres")
-        .connect_timeout(Duration::from_secs(10))
-        .connect(NoTls)
-        .unwrap()
-        .batch_execute("CREATE EXTENSION litebase_streams");
-    pg_ctl(&["-m", "immediate", "stop"]);
-    let _ = std::fs::remove_dir_all(&dir);
+    let cluster = ScratchCluster::start("preload-check", &[]);
+    let result = cluster.connect("postgres").batch_execute("CREATE EXTENSION litebase_streams");
+    drop(cluster);
 
     let err = result.expect_err("CREATE EXTENSION must fail without preload");
     assert_eq!(sqlstate(&err), "55000");

@@ -280,3 +280,99 @@ pub fn as_server_user(program: &str) -> Command {
         }
     }
 }
+
+/// A throwaway cluster of its own (initdb in the scratch directory, a free
+/// port), stopped and removed on drop. `settings` go to postgresql.conf.
+pub struct ScratchCluster {
+    dir: std::path::PathBuf,
+    pub port: u16,
+}
+
+impl ScratchCluster {
+    pub fn start(name: &str, settings: &[&str]) -> ScratchCluster {
+        let bindir = env("LITEBASE_STREAMS_PG_BINDIR");
+        let dir = std::path::PathBuf::from(env("LITEBASE_STREAMS_SCRATCH_DIR")).join(format!(
+            "{name}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let data = dir.to_str().unwrap().to_owned();
+        let ok = as_server_user(&format!("{bindir}/initdb"))
+            .args(["-D", &data, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C"])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("initdb runs");
+        assert!(ok.success(), "initdb {data}");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut conf = format!("port = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{data}'\n");
+        for setting in settings {
+            conf.push_str(setting);
+            conf.push('\n');
+        }
+        let path = dir.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(&conf);
+        std::fs::write(&path, text).unwrap();
+        let cluster = ScratchCluster { dir, port };
+        let ok = as_server_user(&format!("{bindir}/pg_ctl"))
+            .args(["-D", &data, "-l", &format!("{data}/server.log"), "-w", "-t", "60", "start"])
+            .env_remove("RUST_BACKTRACE")
+            .status()
+            .expect("pg_ctl runs");
+        assert!(ok.success(), "the scratch cluster {data} starts");
+        cluster
+    }
+
+    /// With the settings litebase_streams needs.
+    pub fn with_extension(name: &str) -> ScratchCluster {
+        Self::start(name, &["shared_preload_libraries = 'litebase_streams'", "track_commit_timestamp = on"])
+    }
+
+    pub fn config(&self, db: &str) -> Config {
+        let mut config = Config::new();
+        config.host("127.0.0.1").port(self.port).user("postgres").dbname(db).connect_timeout(Duration::from_secs(10));
+        config
+    }
+
+    pub fn connect(&self, db: &str) -> Client {
+        connect_retrying(&self.config(db))
+    }
+
+    /// Arguments that point a libpq program (pg_dump, psql) at this cluster.
+    pub fn libpq_args(&self) -> Vec<String> {
+        vec!["-h".into(), "127.0.0.1".into(), "-p".into(), self.port.to_string(), "-U".into(), "postgres".into()]
+    }
+
+    /// The server log so far.
+    pub fn server_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    /// The pid of the worker of `db`, once it runs.
+    pub fn wait_for_worker(&self, db: &str) -> i32 {
+        let mut client = self.connect("postgres");
+        let mut pid = None;
+        wait_until("the scratch cluster's worker starts", Duration::from_secs(20), || {
+            pid = client
+                .query_opt(
+                    "SELECT pid FROM pg_stat_activity WHERE backend_type = 'litebase_streams worker' AND datname = $1",
+                    &[&db],
+                )
+                .unwrap()
+                .map(|row| row.get(0));
+            pid.is_some()
+        });
+        pid.unwrap()
+    }
+}
+
+impl Drop for ScratchCluster {
+    fn drop(&mut self) {
+        let bindir = env("LITEBASE_STREAMS_PG_BINDIR");
+        let _ = as_server_user(&format!("{bindir}/pg_ctl"))
+            .args(["-D", self.dir.to_str().unwrap(), "-m", "immediate", "stop"])
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
