@@ -84,7 +84,8 @@ CREATE FUNCTION streams."_worker_status"() RETURNS TABLE (
 	"delivered_position" bigint,
 	"holder_pid" INT,
 	"holder_position" bigint,
-	"notify_state" TEXT
+	"notify_state" TEXT,
+	"rounds" bigint
 )
 STRICT VOLATILE SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
@@ -420,7 +421,8 @@ SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0) AS horizon,
        w.holder_pid,
        w.holder_position,
        a.backend_xid AS holder_xid,
-       now() - a.xact_start AS holder_age
+       now() - a.xact_start AS holder_age,
+       w.rounds
 FROM streams._worker_status() w
 LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = w.holder_pid;
 

@@ -517,7 +517,8 @@ SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0) AS horizon,
        w.holder_pid,
        w.holder_position,
        a.backend_xid AS holder_xid,
-       now() - a.xact_start AS holder_age
+       now() - a.xact_start AS holder_age,
+       w.rounds
 FROM streams._worker_status() w
 LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = w.holder_pid;
 

@@ -51,6 +51,8 @@ pub struct DbEntry {
     needs_worker_since: AtomicI64,
     /// The last attempt to start this database's worker found no free slot.
     pub no_slot: AtomicBool,
+    /// Delivery rounds the worker ran (a transaction each).
+    pub rounds: AtomicU64,
 }
 
 /// Whether notifications are going out. Visibility never depends on it: the
@@ -416,6 +418,23 @@ pub fn held_positions(db: pg_sys::Oid) -> Vec<(usize, u64)> {
         }
     }
     found
+}
+
+/// The lowest position held by an open publishing transaction of `db`, when
+/// no backend is in the middle of taking its first one; without waiting.
+pub fn lowest_held(db: pg_sys::Oid) -> Option<u64> {
+    let mut lowest = None;
+    for slot in slots() {
+        let low = slot.low.load(Ordering::SeqCst);
+        if low == 0 || slot.db.load(Ordering::SeqCst) != db.to_u32() {
+            continue;
+        }
+        if low == ALLOCATING {
+            return None;
+        }
+        lowest = Some(lowest.map_or(low, |l: u64| l.min(low)));
+    }
+    lowest
 }
 
 /// The position reported for a slot still allocating after the wait.

@@ -35,6 +35,7 @@ fn _worker_status() -> TableIterator<
         name!(holder_pid, Option<i32>),
         name!(holder_position, Option<i64>),
         name!(notify_state, Option<String>),
+        name!(rounds, Option<i64>),
     ),
 > {
     crate::require_preload().or_raise();
@@ -62,6 +63,7 @@ fn _worker_status() -> TableIterator<
         holder.map(|(procno, _)| shmem::pid_of(procno)),
         holder.map(|(_, low)| low as i64),
         notify,
+        entry.map(|e| e.rounds.load(Ordering::Relaxed) as i64),
     ))
 }
 

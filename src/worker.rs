@@ -161,6 +161,12 @@ fn shutdown_requested() -> bool {
 
 /// The main loop: a round whenever woken, backoff after failures.
 ///
+/// While an open publishing transaction holds the horizon right above where
+/// it stands, and everything visible was notified, a round cannot do
+/// anything: the worker then waits (publishers' commits still wake it, to
+/// look at the slots again, without a transaction) until the holder leaves,
+/// or for at most `idle_poll`, so that `hold_timeout` is still enforced.
+///
 /// After a failed round the worker splits visibility from notification (see
 /// delivery.rs): a visibility round on every wake, and a notification round
 /// when its own backoff allows, until notifications have caught up.
@@ -170,6 +176,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
     let mut notify_failures = 0u32;
     let mut next_notify = std::time::Instant::now();
     let mut next_summary = std::time::Instant::now() + SUMMARY_INTERVAL;
+    let mut last_round = std::time::Instant::now();
     loop {
         if entry.stop.load(Ordering::Acquire) {
             return; // exit 0: DROP DATABASE is waiting for us
@@ -185,6 +192,15 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
         entry.wake.store(false, Ordering::SeqCst);
+        let since_last = last_round.elapsed();
+        if !split && failures == 0 && since_last < gucs::idle_poll() && blocked_by_holder(db, entry) {
+            if !BackgroundWorker::wait_latch(Some(gucs::idle_poll() - since_last)) {
+                // SAFETY: as below: between rounds, outside any transaction.
+                unsafe { pg_sys::proc_exit(1) };
+            }
+            continue;
+        }
+        last_round = std::time::Instant::now();
         let phase = if split { Phase::Visibility } else { Phase::Combined };
         let mut visible_now = false;
         let mut wait = match round(db, entry, phase) {
@@ -255,6 +271,15 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
     }
 }
 
+/// Whether the next round would find nothing to do: the lowest position an
+/// open publishing transaction holds is right above the horizon (so the
+/// horizon cannot move until it leaves), and every visible event was
+/// notified. Reads shared memory only.
+fn blocked_by_holder(db: pg_sys::Oid, entry: &DbEntry) -> bool {
+    let horizon = entry.horizon.load(Ordering::Relaxed);
+    entry.delivered.load(Ordering::Relaxed) == horizon && shmem::lowest_held(db) == Some(horizon + 1)
+}
+
 /// How often the worker summarises new BRIN ranges.
 const SUMMARY_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -314,6 +339,7 @@ impl Failure {
 /// One delivery round in its own transaction (see [`attempt`]).
 fn round(db: pg_sys::Oid, entry: &DbEntry, phase: Phase) -> Result<Round, Failure> {
     entry.set_state(WorkerState::Delivering);
+    entry.rounds.fetch_add(1, Ordering::Relaxed);
     let batch_size = i64::from(gucs::BATCH_SIZE.get());
     attempt(|| delivery::run(db, batch_size, phase))
 }

@@ -266,3 +266,40 @@ fn brin_ranges_are_summarised_without_flooding_the_log() {
     let flood = added.lines().filter(|l| l.contains("was not recorded")).count();
     assert_eq!(flood, 0, "BRIN summarization requests flooded the server log");
 }
+
+/// While an open publishing transaction holds the horizon, the worker waits
+/// for it instead of running a round (a transaction) per commit that cannot
+/// advance anything; once it ends, everything becomes visible.
+#[test]
+fn a_held_horizon_costs_no_rounds() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    let first = publish(&mut c, "orders", "{}");
+    wait_for_horizon(&mut c, first);
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN; SELECT streams.publish('orders', '{}')").unwrap();
+    let rounds =
+        |c: &mut postgres::Client| -> i64 { c.query_one("SELECT rounds FROM streams.status", &[]).unwrap().get(0) };
+    // The round that sees the holder first, then quiet.
+    let mut seen = rounds(&mut c);
+    wait_until("the worker settles behind the holder", Duration::from_secs(10), || {
+        let now = rounds(&mut c);
+        let settled = now == seen;
+        seen = now;
+        settled && c.query_one("SELECT holder_pid IS NOT NULL FROM streams.status", &[]).unwrap().get::<_, bool>(0)
+    });
+    let before = rounds(&mut c);
+    let started = std::time::Instant::now();
+    let mut last = 0;
+    for _ in 0..300 {
+        last = publish(&mut c, "orders", "{}"); // each commit wakes the worker
+    }
+    let elapsed = started.elapsed();
+    let ran = rounds(&mut c) - before;
+    // One round per idle_poll (1 s), which enforces hold_timeout, and no more.
+    let allowed = 2 + elapsed.as_secs() as i64;
+    assert!(ran <= allowed, "{ran} rounds in {elapsed:?} while the horizon was held (at most {allowed})");
+    assert!(horizon(&mut c) < last, "nothing after the holder is visible yet");
+    holder.batch_execute("COMMIT").unwrap();
+    wait_for_horizon(&mut c, last);
+}
