@@ -121,22 +121,21 @@ WITH ev AS (
     ORDER BY position LIMIT $3
 ), fresh AS (
     INSERT INTO streams.transactions (tx, committed_at, first_position, era, time_exact)
-    SELECT g.tx, coalesce(g.exact, pg_catalog.statement_timestamp()), g.first_position, $4, g.exact IS NOT NULL
+    SELECT n.tx, coalesce(n.exact, pg_catalog.statement_timestamp()), n.first_position, $4, n.exact IS NOT NULL
     FROM (
         SELECT c.tx, c.first_position,
                CASE WHEN c.inserter = c.tx::xid
                       OR pg_catalog.pg_xact_commit_timestamp(c.inserter) IS NULL
-                      OR pg_catalog.pg_xact_commit_timestamp(c.inserter) = c.at
-                    THEN c.at END AS exact
+                      OR pg_catalog.pg_xact_commit_timestamp(c.inserter) = a.at
+                    THEN a.at END AS exact
         FROM (
             SELECT ev.tx, pg_catalog.min(ev.position) AS first_position,
-                   (pg_catalog.array_agg(ev.xmin))[1] AS inserter,
-                   pg_catalog.pg_xact_commit_timestamp(ev.tx::xid) AS at
-            FROM ev
-            WHERE NOT EXISTS (SELECT 1 FROM streams.transactions t WHERE t.tx = ev.tx AND t.era = $4)
-            GROUP BY ev.tx
+                   (pg_catalog.array_agg(ev.xmin))[1] AS inserter
+            FROM ev GROUP BY ev.tx
         ) c
-    ) g
+        CROSS JOIN LATERAL (SELECT pg_catalog.pg_xact_commit_timestamp(c.tx::xid) AS at) a
+        WHERE NOT EXISTS (SELECT 1 FROM streams.transactions t WHERE t.tx = c.tx AND t.era = $4)
+    ) n
     RETURNING tx, committed_at, time_exact
 )"
         )
@@ -144,15 +143,21 @@ WITH ev AS (
 }
 
 /// The newly final events with their transaction's commit time and whether
-/// it is exact.
+/// it is exact (looked up only for a transaction recorded by an earlier
+/// round: most events have just had their row inserted).
 const FETCH: &str = concat!(
     record_final_events!("position, stream, tx, data, xmin"),
     "
 SELECT ev.position, ev.stream::text, ev.tx::text::bigint,
-       coalesce(f.committed_at, t.committed_at), ev.data, coalesce(f.time_exact, t.time_exact)
+       CASE WHEN f.tx IS NULL
+            THEN (SELECT t.committed_at FROM streams.transactions t WHERE t.tx = ev.tx AND t.era = $4)
+            ELSE f.committed_at END,
+       ev.data,
+       CASE WHEN f.tx IS NULL
+            THEN (SELECT t.time_exact FROM streams.transactions t WHERE t.tx = ev.tx AND t.era = $4)
+            ELSE f.time_exact END
 FROM ev
 LEFT JOIN fresh f ON f.tx = ev.tx
-LEFT JOIN streams.transactions t ON t.tx = ev.tx AND t.era = $4
 ORDER BY ev.position"
 );
 
