@@ -42,7 +42,7 @@ help:
 	@echo "  psql           start if needed, CREATE EXTENSION IF NOT EXISTS, open psql (PSQL_ARGS=...)"
 	@echo "  demo           setup + install + start, then run scripts/demo.sh"
 	@echo "  test           setup + install + start, then pgrx tests and integration tests"
-	@echo "  bench          benchmarks side by side, report in docs/benchmarks.md (QUICK=1: smoke run)"
+	@echo "  bench          benchmarks side by side, report in docs/benchmarks.md (QUICK=1: smoke run, LARGE=1: + growth to 50M events)"
 	@echo "  clean-cluster  stop and delete the dev cluster"
 	@echo ""
 	@echo "  PG_CONFIG=$(PG_CONFIG)"
@@ -86,13 +86,15 @@ test: setup install start
 	@bash $(SCRIPTS)/test.sh
 
 # Benchmarks (bench/bench.py): full run rewrites docs/benchmarks.md and docs/bench-*.png;
-# QUICK=1 is a smoke run (< 1 min) that reports to target/bench-quick/ instead.
+# QUICK=1 is a smoke run (< 1 min) that reports to target/bench-quick/ instead;
+# LARGE=1 also grows one log to 50M events (section 5, about 25 more minutes).
 # Exits non-zero only if the harness breaks, not on a missed target.
 BENCH_PYTHON ?= python3
 BENCH_ARGS   ?=
 bench: setup install start
-	@echo "==> bench$(if $(filter-out 0,$(QUICK)), (quick))"
-	@$(BENCH_PYTHON) $(CURDIR)/bench/bench.py $(if $(filter-out 0,$(QUICK)),--quick) $(BENCH_ARGS)
+	@echo "==> bench$(if $(filter-out 0,$(QUICK)), (quick))$(if $(filter-out 0,$(LARGE)), (large))"
+	@$(BENCH_PYTHON) $(CURDIR)/bench/bench.py $(if $(filter-out 0,$(QUICK)),--quick) \
+		$(if $(filter-out 0,$(LARGE)),--large) $(BENCH_ARGS)
 
 clean-cluster:
 	@echo "==> clean-cluster"

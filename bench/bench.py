@@ -18,7 +18,8 @@ rotating order (A B C, B C A, C A B), and reports medians:
      the delivery worker running and a LISTEN client draining "payment.success";
      publish_batch of 100 events vs a 100-row INSERT.
   2. delivery latency: commit -> notification received at a paced 1,000 events/s,
-     and the worker's lag while pgbench publishes at the maximum rate.
+     and the worker's lag while pgbench publishes at the maximum rate, with
+     synchronous commit and with synchronous_commit = off (32 clients).
   3. replay throughput over N events (1M): streams.replay(), the streams.events
      view and a raw ordered scan of a plain copy of the same rows.
   4. storage: bytes per event, streams tables vs bench_plain with the same rows.
@@ -71,14 +72,16 @@ REPLAY_STREAMS = [
 FULL = dict(
     secs=8, reps=3, clients=[1, 8, 32], batch_clients=8,
     lat_rate=1000, lat_secs=20, lat_warmup=1.0, lat_publishers=8,
-    lag_clients=16, lag_secs=15,
+    lag_clients=16, lag_secs=15, async_clients=32,
     replay_events=1_000_000, replay_chunk=1000, replay_reps=3,
+    growth_sizes=[1_000_000, 10_000_000, 50_000_000], growth_chunk=10_000,
 )
 QUICK = dict(
     secs=2, reps=1, clients=[1, 32], batch_clients=8,
     lat_rate=1000, lat_secs=4, lat_warmup=0.5, lat_publishers=8,
-    lag_clients=16, lag_secs=3,
+    lag_clients=16, lag_secs=3, async_clients=32,
     replay_events=10_000, replay_chunk=1000, replay_reps=1,
+    growth_sizes=[20_000, 60_000], growth_chunk=10_000,
 )
 
 
@@ -433,8 +436,10 @@ class Bench:
     @staticmethod
     def status(c):
         row = c.execute("SELECT horizon, newest_position, delivered_position, lag_positions, "
-                        "worker_state, worker_pid FROM streams.status").fetchone()
-        return dict(zip(["horizon", "newest", "delivered", "lag", "worker_state", "worker_pid"], row))
+                        "worker_state, worker_pid, extract(epoch FROM holder_age) * 1000 "
+                        "FROM streams.status").fetchone()
+        return dict(zip(["horizon", "newest", "delivered", "lag", "worker_state", "worker_pid", "holder_ms"],
+                        row))
 
     def wait_delivered(self, c, timeout=120):
         """Wait until the worker delivered every position allocated so far;
@@ -449,14 +454,15 @@ class Bench:
                 raise BenchError(f"worker did not deliver up to position {target} in {timeout} s: {st}")
             time.sleep(0.005)
 
-    def run_pgbench(self, script, clients, secs, tag, pids=None):
+    def run_pgbench(self, script, clients, secs, tag, pids=None, pgoptions=None):
         self._log_seq += 1
         log = self.log_dir / f"{self._log_seq:03d}-pgbench-{tag}.log"
         cmd = [self.pgbench, "-n", "-f", str(HERE / script), "-c", str(clients),
                "-j", str(min(2, clients)), "-T", str(secs),
                "-h", PGHOST, "-p", str(PGPORT), "-U", PGUSER, DB]
+        env = dict(os.environ, PGOPTIONS=pgoptions) if pgoptions else None
         meter = CpuMeter(self.postmaster).start(pids or {})
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         cpu = meter.stop()
         log.write_text(f"$ {' '.join(cmd)}\n\n{r.stdout}\n{r.stderr}")
         if r.returncode != 0:
@@ -619,9 +625,11 @@ class Bench:
         if missing:
             info(f"WARNING: {len(missing)} published events were never received (first: {missing[:5]})")
 
-    def phase_lag(self):
+    def phase_lag(self, async_commit=False):
         cfg = self.cfg
-        say(f"2b. worker lag at the maximum rate: pgbench publish.sql, {cfg['lag_clients']} clients, "
+        key, clients = ("lag_async", cfg["async_clients"]) if async_commit else ("lag", cfg["lag_clients"])
+        say(f"2{'c' if async_commit else 'b'}. worker lag at the maximum rate: pgbench publish.sql, "
+            f"{clients} clients{', synchronous_commit = off' if async_commit else ''}, "
             f"{cfg['lag_secs']} s; streams.status sampled every 50 ms")
         with connect(DB) as c:
             self.wait_delivered(c)
@@ -636,16 +644,18 @@ class Bench:
                 t_next = time.monotonic()
                 while not stop.is_set():
                     st = self.status(sc)
-                    samples.append((time.monotonic(), st["newest"], st["delivered"], st["lag"]))
+                    samples.append((time.monotonic(), st["newest"], st["delivered"], st["lag"],
+                                    float(st["holder_ms"] or 0)))
                     t_next += 0.05
                     time.sleep(max(0.0, t_next - time.monotonic()))
 
         th = threading.Thread(target=sampler, daemon=True)
         try:
             th.start()
-            r = self.run_pgbench("publish.sql", cfg["lag_clients"], cfg["lag_secs"],
-                                 f"lag-publish-c{cfg['lag_clients']}",
-                                 {"worker": st0["worker_pid"], "listener": lst.proc.pid})
+            r = self.run_pgbench("publish.sql", clients, cfg["lag_secs"],
+                                 f"{key.replace('_', '-')}-publish-c{clients}",
+                                 {"worker": st0["worker_pid"], "listener": lst.proc.pid},
+                                 pgoptions="-c synchronous_commit=off" if async_commit else None)
             stop.set()
             th.join(5)
             with connect(DB) as c:
@@ -658,13 +668,16 @@ class Bench:
         # Samples taken while publishing: from the first to the last that saw new positions.
         moving = [s for s in samples if s[1] is not None and s[1] > first]
         lag_pos = [s[3] for s in moving if s[3] is not None]
+        # How long the publishing transaction holding the horizon had been open
+        # (0 when none): events behind it cannot be visible before it ends.
+        holder_ms = [s[4] for s in moving]
         commit_lag = []
         for mono_ns, real_ns, payload in recs:
             ev = json.loads(payload)
             commit_lag.append((real_ns - parse_ts_ns(ev["time"])) / 1e6)
         tps = r["tps"]
-        self.res["lag"] = dict(
-            pgbench=r, samples=len(lag_pos), lag_positions=lag_pos,
+        self.res[key] = dict(
+            clients=clients, pgbench=r, samples=len(lag_pos), holder_age_ms=holder_ms, lag_positions=lag_pos,
             lag_positions_p50=pct(lag_pos, 50), lag_positions_p99=pct(lag_pos, 99),
             lag_positions_max=max(lag_pos, default=float("nan")),
             lag_positions_p99_ms_at_rate=pct(lag_pos, 99) / tps * 1000 if tps else float("nan"),
@@ -813,6 +826,90 @@ END $$"""
             info(f"{label:<44} " + "  ".join(
                 f"{form} {rep['events_per_s'][form][k]:>11,.0f}/s" for form in forms))
 
+    # -- 5. the log's cost as it grows (LARGE=1) ------------------------------------
+
+    def phase_growth(self):
+        """Grow one log to each size in cfg["growth_sizes"] and measure, at each:
+        publish throughput, replay of the newest 100k events, replay of one
+        stream, `since` lookups, storage per event and the primary key's depth."""
+        cfg = self.cfg
+        sizes, chunk = cfg["growth_sizes"], cfg["growth_chunk"]
+        window = min(100_000, sizes[0] // 10)
+        say(f"5. growth: one log grown to {', '.join(f'{n:,}' for n in sizes)} events "
+            f"(publish_batch, {chunk:,} per transaction, 10 streams)")
+        self.recreate_db()
+        points = []
+        with connect(DB) as c:
+            c.execute("CREATE EXTENSION IF NOT EXISTS pageinspect")
+            have = 0
+            for size in sizes:
+                t = time.monotonic()
+                c.execute(f"""
+DO $$
+BEGIN
+    FOR i IN {have // chunk}..{size // chunk - 1} LOOP
+        PERFORM count(*) FROM streams.publish_batch('growth.' || (i % 10),
+            ARRAY(SELECT jsonb_build_object('order_id', 'ord_' || g, 'amount', (g % 10000) / 100.0)
+                  FROM generate_series(1, {chunk}) g));
+        COMMIT;
+    END LOOP;
+END $$""")
+                fill_s = time.monotonic() - t
+                deliver_s = self.wait_delivered(c, timeout=3600)
+                c.execute("VACUUM (ANALYZE) streams.event_log, streams.transactions")
+                have = c.execute("SELECT count(*) FROM streams.event_log").fetchone()[0]
+                newest = c.execute("SELECT streams.horizon()").fetchone()[0]
+                info(f"{have:,} events: grown in {fill_s:.0f} s, delivered {deliver_s:.1f} s later")
+
+                def explain(sql):
+                    plan = c.execute("EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, FORMAT JSON) " + sql).fetchone()[0][0]
+                    top = plan["Plan"]
+                    return plan["Execution Time"] / 1000.0, top.get("Shared Read Blocks", 0)
+
+                def median_of(sql, reps=3):
+                    explain(sql)  # warm-up
+                    runs = [explain(sql) for _ in range(reps)]
+                    return med([r[0] for r in runs]), med([r[1] for r in runs])
+
+                newest_sql = f"SELECT * FROM streams.replay(after => {newest - window}, max_events => {window})"
+                # The newest `window` events of the stream of the last chunk (every
+                # tenth chunk is that stream's).
+                stream = c.execute("SELECT stream FROM streams.event_log WHERE stream LIKE 'growth.%' "
+                                   "ORDER BY position DESC LIMIT 1").fetchone()[0]
+                stream_after = c.execute(
+                    "SELECT position FROM streams.event_log WHERE stream = %s ORDER BY position DESC "
+                    "OFFSET %s LIMIT 1", (stream, window)).fetchone()[0]
+                stream_sql = (f"SELECT * FROM streams.replay(stream => '{stream}', "
+                              f"after => {stream_after}, max_events => {window})")
+                stream_rows = c.execute(f"SELECT count(*) FROM ({stream_sql}) s").fetchone()[0]
+                newest_s, newest_reads = median_of(newest_sql)
+                stream_s, _ = median_of(stream_sql)
+                # `since` at 20 points spread over the log's time range.
+                lo, hi = c.execute("SELECT min(time), max(time) FROM streams.events").fetchone()
+                since_ms = []
+                for k in range(20):
+                    at = lo + (hi - lo) * (k + 0.5) / 20
+                    since_ms.append(explain(
+                        f"SELECT * FROM streams.replay(since => '{at.isoformat()}', max_events => 100)")[0] * 1000)
+                size_bytes = c.execute(
+                    "SELECT pg_total_relation_size('streams.event_log') + "
+                    "pg_total_relation_size('streams.transactions')").fetchone()[0]
+                levels = c.execute("SELECT level + 1 FROM bt_metap('streams.event_log_pkey')").fetchone()[0]
+                r = self.run_pgbench("publish.sql", 8, cfg["secs"], f"growth-{size}-publish-c8")
+                point = dict(events=have, fill_s=fill_s, deliver_s=deliver_s, publish_tps=r["tps"],
+                             replay_newest_eps=window / newest_s, replay_newest_read_blocks=newest_reads,
+                             replay_stream_eps=stream_rows / stream_s, since_ms=med(since_ms),
+                             bytes_per_event=size_bytes / have, btree_levels=levels,
+                             relation_bytes=size_bytes)
+                points.append(point)
+                info(f"publish {r['tps']:,.0f} tps; replay newest {window:,}: {point['replay_newest_eps']:,.0f}/s; "
+                     f"one stream {point['replay_stream_eps']:,.0f}/s; since {point['since_ms']:.2f} ms; "
+                     f"{point['bytes_per_event']:.0f} B/event; primary key {levels} levels")
+                have = c.execute("SELECT count(*) FROM streams.event_log").fetchone()[0]
+            shared_buffers = c.execute("SHOW shared_buffers").fetchone()[0]
+        self.res["growth"] = dict(window=window, chunk=chunk, points=points, shared_buffers=shared_buffers,
+                                  measured_at=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+
     # -- environment ---------------------------------------------------------------
 
     def machine(self):
@@ -942,9 +1039,16 @@ def make_plots(res, out_dir):
     a1.grid(alpha=0.3)
     a1.legend(fontsize=7, loc="lower right")
     cl = lag["commit_ts_to_received_ms"]
-    cdf(a2, cl, "commit timestamp -> received", "tab:green")
+    cdf(a2, cl, "synchronous commit", "tab:green")
     marks(a2, cl, "tab:green")
     right = pct(cl, 99) * 1.6 if cl else 1
+    la = res.get("lag_async")
+    if la:
+        ca = la["commit_ts_to_received_ms"]
+        cdf(a2, ca, f"synchronous_commit = off, {la['clients']} clients "
+                    f"({la['pgbench']['tps']:,.0f} events/s)", "tab:purple")
+        marks(a2, ca, "tab:purple")
+        right = max(right, pct(ca, 99) * 1.6 if ca else 1)
     if right >= 100:
         a2.axvline(100, color="gray", ls="--", lw=0.8)
         a2.text(100, 0.3, " p99 target", fontsize=7, color="gray", rotation=90, va="bottom")
@@ -1000,11 +1104,14 @@ def shortfall_notes(res, top, pub, plain, notif, cpu_med, cpu_us):
             f"publishers behind schedule p99 {pct(lat['publisher_behind_schedule_ms'], 99):.2f} ms "
             "(the clients, server and listener share the machine's CPUs).")
     if any(n.startswith("lag p99") for n in short):
-        lag = res["lag"]
-        notes.append(
-            f"**lag at the maximum rate:** the worker used {lag['pgbench']['cpu'].get('worker', float('nan')):.0f}% "
-            f"of one CPU at {lag['pgbench']['tps']:,.0f} events/s; `lag_positions` p99 "
-            f"{lag['lag_positions_p99']:,.0f}.")
+        for key in ("lag", "lag_async"):
+            lag = res.get(key)
+            if lag:
+                notes.append(
+                    f"**lag at the maximum rate ({'synchronous_commit = off' if key == 'lag_async' else 'synchronous commit'}):** "
+                    f"the worker used {lag['pgbench']['cpu'].get('worker', float('nan')):.0f}% "
+                    f"of one CPU at {lag['pgbench']['tps']:,.0f} events/s; `lag_positions` p99 "
+                    f"{lag['lag_positions_p99']:,.0f}.")
     if any(n.startswith("replay") for n in short):
         rep = res["replay"]
         e = rep["events_per_s"]
@@ -1086,7 +1193,7 @@ def write_report(res, out_dir):
         return med(v) if v else float("nan")
 
     pub, plain, notif = (tps_med(k, top) for k in ("publish", "plain", "notify"))
-    lat, lag, rep = res["latency"], res["lag"], res["replay"]
+    lat, lag, lag_async, rep = res["latency"], res["lag"], res["lag_async"], res["replay"]
     eps = rep["events_per_s"]["server"]
     after = lat["from_commit_returned_ms"]
     ss, sb = res["storage_single"], res["storage_batch"]
@@ -1100,6 +1207,10 @@ def write_report(res, out_dir):
         ("lag p99 at the maximum rate (commit timestamp -> received)",
          fms(pct(lag["commit_ts_to_received_ms"], 99)), "<= 100 ms",
          pct(lag["commit_ts_to_received_ms"], 99) <= 100),
+        (f"lag p99 at the maximum rate, synchronous_commit = off, {lag_async['clients']} clients "
+         "(commit timestamp -> received)",
+         fms(pct(lag_async["commit_ts_to_received_ms"], 99)), "<= 100 ms",
+         pct(lag_async["commit_ts_to_received_ms"], 99) <= 100),
         ("replay: streams.replay() vs raw ordered scan", fx(eps["replay"] / eps["raw"]), ">= 0.8x",
          eps["replay"] / eps["raw"] >= 0.8),
         ("replay as a role granted '*' vs the owner's replay", fx(eps["replay_granted"] / eps["replay"]),
@@ -1112,10 +1223,11 @@ def write_report(res, out_dir):
          fx(sb["ratio"]), "<= 1.2x", sb["ratio"] <= 1.2),
     ]
     li = tp["listener"]
-    lost = (li["expected"] - li["received"]) + lat["missing"] + (lag["expected"] - lag["received"])
+    lost = (li["expected"] - li["received"]) + lat["missing"] + sum(
+        run["expected"] - run["received"] for run in (lag, lag_async))
     extra = lat["duplicates"]
     complete = li["expected"] == li["received"] and lat["missing"] == 0 and extra == 0 \
-        and lag["expected"] == lag["received"]
+        and all(run["expected"] == run["received"] for run in (lag, lag_async))
     targets.append(("every published event received by the LISTEN client, exactly once "
                     "(all runs)", "yes" if complete else f"no: {lost:,} missing, {extra:,} duplicated",
                     "yes", complete))
@@ -1246,28 +1358,42 @@ def write_report(res, out_dir):
         w(f"{neg} notification(s) ({100 * neg / len(after):.1f}%) arrived before the publisher "
           "saw its COMMIT return (negative latency from that point).")
     w("")
-    lp = lag["pgbench"]
-    cl = lag["commit_ts_to_received_ms"]
-    w(f"**Maximum rate.** `pgbench -f bench/publish.sql -c {cfg['lag_clients']} -j 2 "
-      f"-T {cfg['lag_secs']}`: {f0(lp['tps'])} events/s. `streams.status` sampled every 50 ms "
-      f"({lag['samples']} samples while positions advanced); the LISTEN client timestamps "
-      f"every notification ({lag['received']:,} of {lag['expected']:,} received).")
-    w("")
-    w("| lag | p50 | p99 | max |")
-    w("| --- | --- | --- | --- |")
-    w(f"| `lag_positions` (newest allocated - delivered) | {f0(lag['lag_positions_p50'])} | "
-      f"{f0(lag['lag_positions_p99'])} | {f0(lag['lag_positions_max'])} |")
-    w(f"| same, in ms at {f0(lp['tps'])} events/s | {fms(lag['lag_positions_p50'] / lp['tps'] * 1000)} | "
-      f"{fms(lag['lag_positions_p99'] / lp['tps'] * 1000)} | "
-      f"{fms(lag['lag_positions_max'] / lp['tps'] * 1000)} |")
-    w(f"| commit timestamp -> received | {fms(pct(cl, 50))} | {fms(pct(cl, 99))} | {fms(max(cl))} |")
-    w("")
-    wc = lp["cpu"]
-    w(f"`lag_positions` counts positions allocated by transactions still in flight, so it is "
-      f"never zero under load; after pgbench stopped, the worker delivered the rest in "
-      f"{lp['catchup_s'] * 1000:.0f} ms. CPU during the run: machine {wc['machine']:.0f}% busy, "
-      f"worker {wc.get('worker', float('nan')):.0f}% of one CPU, LISTEN client "
-      f"{wc.get('listener', float('nan')):.0f}%, pgbench {wc['pgbench']:.0f}%.")
+    for key in ("lag", "lag_async"):
+        lag = res.get(key)
+        if not lag:
+            continue
+        lp = lag["pgbench"]
+        cl = lag["commit_ts_to_received_ms"]
+        clients = lag.get("clients", cfg["lag_clients"])
+        if key == "lag":
+            w(f"**Maximum rate.** `pgbench -f bench/publish.sql -c {clients} -j 2 -T {cfg['lag_secs']}`: "
+              f"{f0(lp['tps'])} events/s.")
+        else:
+            w(f"**Maximum rate, asynchronous commit.** The same with `PGOPTIONS='-c synchronous_commit=off'` "
+              f"and {clients} clients: {f0(lp['tps'])} events/s.")
+        w(f"`streams.status` sampled every 50 ms ({lag['samples']} samples while positions advanced); the "
+          f"LISTEN client timestamps every notification ({lag['received']:,} of {lag['expected']:,} received).")
+        w("")
+        w("| lag | p50 | p99 | max |")
+        w("| --- | --- | --- | --- |")
+        w(f"| `lag_positions` (newest allocated - delivered) | {f0(lag['lag_positions_p50'])} | "
+          f"{f0(lag['lag_positions_p99'])} | {f0(lag['lag_positions_max'])} |")
+        w(f"| same, in ms at {f0(lp['tps'])} events/s | {fms(lag['lag_positions_p50'] / lp['tps'] * 1000)} | "
+          f"{fms(lag['lag_positions_p99'] / lp['tps'] * 1000)} | "
+          f"{fms(lag['lag_positions_max'] / lp['tps'] * 1000)} |")
+        w(f"| commit timestamp -> received | {fms(pct(cl, 50))} | {fms(pct(cl, 99))} | {fms(max(cl))} |")
+        ha = lag.get("holder_age_ms")
+        if ha:
+            w(f"| age of the open transaction holding the horizon (`holder_age`) | {fms(pct(ha, 50))} | "
+              f"{fms(pct(ha, 99))} | {fms(max(ha))} |")
+        w("")
+        wc = lp["cpu"]
+        w(f"`lag_positions` counts positions allocated by transactions still in flight, so it is "
+          f"never zero under load; after pgbench stopped, the worker delivered the rest in "
+          f"{lp['catchup_s'] * 1000:.0f} ms. CPU during the run: machine {wc['machine']:.0f}% busy, "
+          f"worker {wc.get('worker', float('nan')):.0f}% of one CPU, LISTEN client "
+          f"{wc.get('listener', float('nan')):.0f}%, pgbench {wc['pgbench']:.0f}%.")
+        w("")
     w("")
     w("![latency](bench-latency.png)")
     w("")
@@ -1341,6 +1467,38 @@ def write_report(res, out_dir):
       "row per publishing transaction (commit time, first position).")
     w("")
 
+    # ---- growth (make bench LARGE=1; kept from the last such run)
+    g = res.get("growth")
+    if g:
+        pts = g["points"]
+        w("## 5. The log's cost as it grows")
+        w("")
+        w(f"`make bench LARGE=1`, measured {g['measured_at']}: one log grown with `publish_batch` "
+          f"({g['chunk']:,} events per transaction, 10 streams) and measured at each size: publish "
+          f"throughput (`pgbench -f bench/publish.sql -c 8`), replay of the newest {g['window']:,} events and "
+          f"of one stream's newest {g['window']:,} (server-side EXPLAIN ANALYZE, median of 3, warm cache), "
+          "a `since` lookup (`replay(since => ..., max_events => 100)` at 20 points over the log's time "
+          f"range, median), storage per event and the depth of `event_log`'s primary key. "
+          f"shared_buffers: {g['shared_buffers']}.")
+        w("")
+        w("| events | publish (events/s) | replay newest (events/s) | blocks read from disk | "
+          "replay one stream (events/s) | `since` lookup | bytes/event | primary key levels | grown in |")
+        w("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for pt in pts:
+            w(f"| {f0(pt['events'])} | {f0(pt['publish_tps'])} | {f0(pt['replay_newest_eps'])} | "
+              f"{f0(pt['replay_newest_read_blocks'])} | {f0(pt['replay_stream_eps'])} | "
+              f"{pt['since_ms']:.2f} ms | {pt['bytes_per_event']:.0f} | {pt['btree_levels']} | "
+              f"{pt['fill_s']:.0f} s |")
+        first, last = pts[0], pts[-1]
+        w("")
+        w(f"From {f0(first['events'])} to {f0(last['events'])} events (target: within 10%): publish "
+          f"{fx(last['publish_tps'] / first['publish_tps'])}, replay of the newest events "
+          f"{fx(last['replay_newest_eps'] / first['replay_newest_eps'])}, replay of one stream "
+          f"{fx(last['replay_stream_eps'] / first['replay_stream_eps'])}, `since` lookup "
+          f"{fx(last['since_ms'] / first['since_ms'])} the time. Publish figures come from separate "
+          "short runs on a shared machine and move by about 10% between runs of the same size.")
+        w("")
+
     # ---- how to run
     w("## Reproduce")
     w("")
@@ -1348,6 +1506,8 @@ def write_report(res, out_dir):
     w("make bench           # installs prerequisites, builds and installs the release build, starts")
     w("                     # the local cluster, runs everything (~7 min), rewrites this file")
     w("make bench QUICK=1   # smoke run (< 1 min), report in target/bench-quick/")
+    w("make bench LARGE=1   # also section 5: grows a log to 50M events (about 25 more minutes, ~12 GB")
+    w("                     # of disk); later runs keep its figures from docs/bench-growth.json")
     w("python3 bench/bench.py --report-only   # redraw this file and the plots from target/bench/results.json")
     w("```")
     w("")
@@ -1381,6 +1541,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke run: short, one repetition, small data")
     ap.add_argument("--out", help="report directory (default docs/, or target/bench-quick/ with --quick)")
+    ap.add_argument("--large", action="store_true",
+                    help="also grow one log to 1M, 10M and 50M events and measure at each (about 25 more "
+                         "minutes; the figures are kept in docs/bench-growth.json for later reports)")
     ap.add_argument("--report-only", action="store_true",
                     help="measure nothing: redraw the report and plots from the last run's results.json")
     args = ap.parse_args()
@@ -1408,11 +1571,19 @@ def main():
     b.phase_throughput()
     b.phase_latency()
     b.phase_lag()
+    b.phase_lag(async_commit=True)
     b.phase_replay()
+    if args.large or args.quick:
+        b.phase_growth()
     with connect("postgres") as c:
         c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
     b.res["elapsed_s"] = time.monotonic() - t_start
     b.res["generated_at"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    growth_file = out_dir / "bench-growth.json"
+    if "growth" in b.res and not args.quick:
+        growth_file.write_text(json.dumps(b.res["growth"], indent=1, default=str) + "\n")
+    elif "growth" not in b.res and growth_file.exists():
+        b.res["growth"] = json.loads(growth_file.read_text())
     (work_dir / "results.json").write_text(json.dumps(b.res, indent=1, default=str))
     report(b.res, out_dir)
 
