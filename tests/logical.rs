@@ -5,6 +5,12 @@
 //! arrives, and across a consumer restart nothing is lost: the consumer may
 //! see the last unacknowledged changes again, and drops them by position.
 //!
+//! Changes arrive in commit order, not position order. The worker's updates
+//! of `streams.horizon_state` travel in the same stream, and each comes after
+//! every event at or below its horizon (the worker commits after them): a
+//! consumer that holds events back until the horizon passes them and then
+//! releases them by position gets position order.
+//!
 //! A cluster of its own: logical decoding needs `wal_level = logical`.
 
 mod common;
@@ -35,7 +41,7 @@ fn start_consumer(cluster: &ScratchCluster, out: &Path) -> Child {
             "-o",
             "format-version=2",
             "-o",
-            "add-tables=streams.event_log",
+            "add-tables=streams.event_log,streams.horizon_state",
             "-o",
             "include-xids=1",
             "-f",
@@ -46,20 +52,63 @@ fn start_consumer(cluster: &ScratchCluster, out: &Path) -> Child {
     Command::new(format!("{bindir}/pg_recvlogical")).args(&args).spawn().expect("pg_recvlogical starts")
 }
 
-/// position -> (stream, how many times it arrived), from the consumer's output.
-fn received(out: &Path) -> BTreeMap<i64, (String, usize)> {
-    let mut events = BTreeMap::new();
+/// A change the consumer read, in arrival order.
+enum Change {
+    Event { position: i64, stream: String },
+    Horizon(i64),
+}
+
+fn changes(out: &Path) -> Vec<Change> {
+    let mut found = Vec::new();
     for line in std::fs::read_to_string(out).unwrap_or_default().lines() {
         let Ok(change) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-        if change["action"] != "I" || change["table"] != "event_log" {
-            continue;
-        }
         let column = |name: &str| change["columns"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned();
-        let position = column("position").and_then(|c| c["value"].as_i64()).expect("every change carries its position");
-        let stream = column("stream").and_then(|c| c["value"].as_str().map(str::to_owned)).unwrap();
-        events.entry(position).or_insert((stream, 0)).1 += 1;
+        match (change["action"].as_str(), change["table"].as_str()) {
+            (Some("I"), Some("event_log")) => found.push(Change::Event {
+                position: column("position").and_then(|c| c["value"].as_i64()).expect("a change carries its position"),
+                stream: column("stream").and_then(|c| c["value"].as_str().map(str::to_owned)).unwrap(),
+            }),
+            (Some("I" | "U"), Some("horizon_state")) => {
+                found.push(Change::Horizon(column("horizon").and_then(|c| c["value"].as_i64()).unwrap()))
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// position -> (stream, how many times it arrived).
+fn received(out: &Path) -> BTreeMap<i64, (String, usize)> {
+    let mut events = BTreeMap::new();
+    for change in changes(out) {
+        if let Change::Event { position, stream } = change {
+            events.entry(position).or_insert((stream, 0)).1 += 1;
+        }
     }
     events
+}
+
+/// What a consumer that releases events once the horizon passes them, in
+/// position order and once each, hands downstream.
+fn released_in_position_order(changes: &[Change]) -> Vec<i64> {
+    let (mut held, mut released) = (BTreeSet::new(), Vec::new());
+    let mut last = 0;
+    for change in changes {
+        match change {
+            Change::Event { position, .. } if *position > last => {
+                held.insert(*position);
+            }
+            Change::Event { .. } => {}
+            Change::Horizon(horizon) => {
+                while let Some(&p) = held.first().filter(|&&p| p <= *horizon) {
+                    held.remove(&p);
+                    released.push(p);
+                    last = p;
+                }
+            }
+        }
+    }
+    released
 }
 
 #[test]
@@ -119,12 +168,13 @@ fn events_leave_through_logical_decoding_once_each_across_a_consumer_restart() {
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     let last = *committed.keys().last().unwrap();
-    wait_until("the restarted consumer receives everything", Duration::from_secs(30), || {
-        received(&out).contains_key(&last)
+    wait_until("the restarted consumer receives everything and a horizon past it", Duration::from_secs(30), || {
+        released_in_position_order(&changes(&out)).last() == Some(&last)
     });
     consumer.kill().unwrap();
     consumer.wait().unwrap();
     let got = received(&out);
+    let arrived = changes(&out);
     let _ = std::fs::remove_file(&out);
 
     let got_streams: BTreeMap<i64, String> = got.iter().map(|(p, (s, _))| (*p, s.clone())).collect();
@@ -137,4 +187,15 @@ fn events_leave_through_logical_decoding_once_each_across_a_consumer_restart() {
         twice.iter().all(|p| *p <= halfway),
         "only changes from before the restart may arrive again (at-least-once), not {twice:?}"
     );
+    // Commit order is not position order (the interleaved transactions)...
+    let arrival: Vec<i64> = arrived
+        .iter()
+        .filter_map(|c| if let Change::Event { position, .. } = c { Some(*position) } else { None })
+        .collect();
+    assert!(arrival.windows(2).any(|w| w[0] > w[1]), "events arrive in commit order");
+    // ...but every event arrives before a horizon that covers it, so holding
+    // events back until the horizon passes them restores position order.
+    let released = released_in_position_order(&arrived);
+    let all: Vec<i64> = committed.keys().copied().collect();
+    assert_eq!(released, all, "released by the horizon: every event once, in position order");
 }
