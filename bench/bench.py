@@ -63,6 +63,9 @@ BATCH_METHODS = [
     ("plain_batch", "100-row INSERT", "plain_insert_batch.sql"),
 ]
 BATCH_SIZE = 100
+# litebase_streams.max_backlog for the second asynchronous-commit lag run:
+# about 100 ms of events at the rate this machine reaches.
+ASYNC_MAX_BACKLOG = 2000
 # Streams of the replay data set (events rotate over them, one stream per chunk).
 REPLAY_STREAMS = [
     "payment.success", "payment.failed", "order.created", "order.shipped", "user.signup",
@@ -625,12 +628,28 @@ class Bench:
         if missing:
             info(f"WARNING: {len(missing)} published events were never received (first: {missing[:5]})")
 
-    def phase_lag(self, async_commit=False):
+    def phase_lag(self, async_commit=False, max_backlog=0):
         cfg = self.cfg
         key, clients = ("lag_async", cfg["async_clients"]) if async_commit else ("lag", cfg["lag_clients"])
+        if max_backlog:
+            key += "_backlog"
         say(f"2{'c' if async_commit else 'b'}. worker lag at the maximum rate: pgbench publish.sql, "
-            f"{clients} clients{', synchronous_commit = off' if async_commit else ''}, "
+            f"{clients} clients{', synchronous_commit = off' if async_commit else ''}"
+            f"{f', max_backlog = {max_backlog:,}' if max_backlog else ''}, "
             f"{cfg['lag_secs']} s; streams.status sampled every 50 ms")
+        with connect("postgres") as c:
+            c.execute(f"ALTER SYSTEM SET litebase_streams.max_backlog = {max_backlog}")
+            c.execute("SELECT pg_reload_conf()")
+        try:
+            self._lag_run(key, clients, async_commit)
+        finally:
+            with connect("postgres") as c:
+                c.execute("ALTER SYSTEM RESET litebase_streams.max_backlog")
+                c.execute("SELECT pg_reload_conf()")
+        self.res[key]["max_backlog"] = max_backlog
+
+    def _lag_run(self, key, clients, async_commit):
+        cfg = self.cfg
         with connect(DB) as c:
             self.wait_delivered(c)
             c.execute("CHECKPOINT")
@@ -1253,6 +1272,7 @@ def write_report(res, out_dir):
 
     pub, plain, notif = (tps_med(k, top) for k in ("publish", "plain", "notify"))
     lat, lag, lag_async, rep = res["latency"], res["lag"], res["lag_async"], res["replay"]
+    lag_backlog = res["lag_async_backlog"]
     eps = rep["events_per_s"]["server"]
     after = lat["from_commit_returned_ms"]
     ss, sb = res["storage_single"], res["storage_batch"]
@@ -1270,6 +1290,10 @@ def write_report(res, out_dir):
          "(commit timestamp -> received)",
          fms(pct(lag_async["commit_ts_to_received_ms"], 99)), "<= 100 ms",
          pct(lag_async["commit_ts_to_received_ms"], 99) <= 100),
+        (f"the same with max_backlog = {lag_backlog['max_backlog']:,} ({f0(lag_backlog['pgbench']['tps'])} "
+         f"vs {f0(lag_async['pgbench']['tps'])} events/s without)",
+         fms(pct(lag_backlog["commit_ts_to_received_ms"], 99)), "<= 100 ms",
+         pct(lag_backlog["commit_ts_to_received_ms"], 99) <= 100),
         ("replay: streams.replay() vs raw ordered scan", fx(eps["replay"] / eps["raw"]), ">= 0.8x",
          eps["replay"] / eps["raw"] >= 0.8),
         ("replay as a role granted '*' vs the owner's replay", fx(eps["replay_granted"] / eps["replay"]),
@@ -1283,10 +1307,10 @@ def write_report(res, out_dir):
     ]
     li = tp["listener"]
     lost = (li["expected"] - li["received"]) + lat["missing"] + sum(
-        run["expected"] - run["received"] for run in (lag, lag_async))
+        run["expected"] - run["received"] for run in (lag, lag_async, lag_backlog))
     extra = lat["duplicates"]
     complete = li["expected"] == li["received"] and lat["missing"] == 0 and extra == 0 \
-        and all(run["expected"] == run["received"] for run in (lag, lag_async))
+        and all(run["expected"] == run["received"] for run in (lag, lag_async, lag_backlog))
     targets.append(("every published event received by the LISTEN client, exactly once "
                     "(all runs)", "yes" if complete else f"no: {lost:,} missing, {extra:,} duplicated",
                     "yes", complete))
@@ -1417,7 +1441,7 @@ def write_report(res, out_dir):
         w(f"{neg} notification(s) ({100 * neg / len(after):.1f}%) arrived before the publisher "
           "saw its COMMIT return (negative latency from that point).")
     w("")
-    for key in ("lag", "lag_async"):
+    for key in ("lag", "lag_async", "lag_async_backlog"):
         lag = res.get(key)
         if not lag:
             continue
@@ -1427,6 +1451,10 @@ def write_report(res, out_dir):
         if key == "lag":
             w(f"**Maximum rate.** `pgbench -f bench/publish.sql -c {clients} -j 2 -T {cfg['lag_secs']}`: "
               f"{f0(lp['tps'])} events/s.")
+        elif lag.get("max_backlog"):
+            w(f"**Asynchronous commit with backpressure.** The same with `litebase_streams.max_backlog = "
+              f"{lag['max_backlog']:,}` (a transaction's first publish waits while the worker is that many "
+              f"positions behind): {f0(lp['tps'])} events/s.")
         else:
             w(f"**Maximum rate, asynchronous commit.** The same with `PGOPTIONS='-c synchronous_commit=off'` "
               f"and {clients} clients: {f0(lp['tps'])} events/s.")
@@ -1645,6 +1673,7 @@ def main():
     b.phase_latency()
     b.phase_lag()
     b.phase_lag(async_commit=True)
+    b.phase_lag(async_commit=True, max_backlog=ASYNC_MAX_BACKLOG)
     b.phase_standby()
     b.phase_replay()
     if args.large or args.quick:

@@ -350,6 +350,11 @@ fn deliver(
     let max_allocated = state.get::<i64>(3)?.unwrap_or(0).max(0) as u64;
     let eras =
         Eras::read(schema, state.get::<i64>(1)?.is_some(), state.get::<i64>(4)?, state.get::<Vec<i64>>(5)?, persisted);
+    if let Some(entry) = shmem::find_db(db) {
+        // The publishers' running maximum (max_backlog), reset to this log's
+        // (a re-created log starts again at 1).
+        entry.newest.store(max_allocated, std::sync::atomic::Ordering::Relaxed);
+    }
     let held = shmem::held_positions(db);
     crate::hold::enforce(max_allocated, &held);
     let horizon = (horizon::compute(max_allocated, held.iter().map(|(_, low)| *low)) as i64).max(persisted);

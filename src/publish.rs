@@ -242,8 +242,9 @@ fn checked_stream(stream: Option<&str>) -> pg_sys::Oid {
 /// "allocating" would hold the horizon with no position to show for it.
 fn next_position(sequence: pg_sys::Oid) -> i64 {
     if PUBLISHING.with(|p| p.get()).is_some() {
-        return pg_decls::nextval(sequence);
+        return took(pg_decls::nextval(sequence));
     }
+    wait_for_backlog();
     announce();
     let position = PgTryBuilder::new(|| pg_decls::nextval(sequence))
         .catch_others(|error| {
@@ -252,7 +253,46 @@ fn next_position(sequence: pg_sys::Oid) -> i64 {
         })
         .execute();
     PUBLISHING.with(|p| p.get()).expect("announced above").slot.hold(position as u64);
+    took(position)
+}
+
+/// Note the newest position taken, for [`wait_for_backlog`].
+fn took(position: i64) -> i64 {
+    if let Some(entry) = WORKER_ENTRY.with(|w| w.get()) {
+        entry.newest.fetch_max(position as u64, std::sync::atomic::Ordering::Relaxed);
+    }
     position
+}
+
+/// `litebase_streams.max_backlog`: before a transaction takes its first
+/// position, wait while more positions than the limit are allocated above
+/// the horizon. Only the first: a transaction that already holds a position
+/// would hold the horizon it waits for. Waits on this backend's latch in 1 ms
+/// steps, for at most a second (a stuck worker must not stall publishers),
+/// and not at all when no worker runs; a cancel ends the wait.
+fn wait_for_backlog() {
+    use std::sync::atomic::Ordering;
+    let limit = gucs::MAX_BACKLOG.get();
+    let Some(entry) = WORKER_ENTRY.with(|w| w.get()).filter(|_| limit > 0) else { return };
+    for _ in 0..1000 {
+        let behind = entry.newest.load(Ordering::Relaxed).saturating_sub(entry.horizon.load(Ordering::Relaxed));
+        if behind <= limit as u64 || entry.worker_pid.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        // SAFETY: MyLatch is this backend's own latch; WaitLatch and ResetLatch
+        // are the documented pair, and CHECK_FOR_INTERRUPTS turns a cancel into
+        // an ERROR through pgrx's guard.
+        unsafe {
+            pg_sys::WaitLatch(
+                pg_sys::MyLatch,
+                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+                1,
+                pg_sys::PG_WAIT_EXTENSION,
+            );
+            pg_sys::ResetLatch(pg_sys::MyLatch);
+        }
+        pg_sys::check_for_interrupts!();
+    }
 }
 
 /// Mark this backend's slot as allocating *before* the first position is

@@ -38,6 +38,8 @@ pub struct DbEntry {
     pub stop: AtomicBool,
     /// The worker's persisted horizon.
     pub horizon: AtomicU64,
+    /// The highest position publishers took (for `max_backlog`).
+    pub newest: AtomicU64,
     /// The last position the worker notified.
     pub delivered: AtomicU64,
     /// See [`WorkerState`].

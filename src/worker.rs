@@ -163,9 +163,10 @@ fn shutdown_requested() -> bool {
 ///
 /// While an open publishing transaction holds the horizon right above where
 /// it stands, and everything visible was notified, a round cannot do
-/// anything: the worker then waits (publishers' commits still wake it, to
-/// look at the slots again, without a transaction) until the holder leaves,
-/// or for at most `idle_poll`, so that `hold_timeout` is still enforced.
+/// anything: the worker then waits (looking at the slots in shared memory
+/// again every few milliseconds and whenever a commit wakes it, without a
+/// transaction) until the holder leaves, running a round at least every
+/// `idle_poll`, so that `hold_timeout` is still enforced.
 ///
 /// After a failed round the worker splits visibility from notification (see
 /// delivery.rs): a visibility round on every wake, and a notification round
@@ -194,7 +195,9 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
         entry.wake.store(false, Ordering::SeqCst);
         let since_last = last_round.elapsed();
         if !split && failures == 0 && since_last < gucs::idle_poll() && blocked_by_holder(db, entry) {
-            if !BackgroundWorker::wait_latch(Some(gucs::idle_poll() - since_last)) {
+            // Short waits: looking at the slots costs next to nothing, and a
+            // wake-up that raced with this check costs at most one step.
+            if !BackgroundWorker::wait_latch(Some(HOLDER_RECHECK.min(gucs::idle_poll() - since_last))) {
                 // SAFETY: as below: between rounds, outside any transaction.
                 unsafe { pg_sys::proc_exit(1) };
             }
@@ -279,6 +282,9 @@ fn blocked_by_holder(db: pg_sys::Oid, entry: &DbEntry) -> bool {
     let horizon = entry.horizon.load(Ordering::Relaxed);
     entry.delivered.load(Ordering::Relaxed) == horizon && shmem::lowest_held(db) == Some(horizon + 1)
 }
+
+/// How often a worker waiting behind a holder looks at the slots again.
+const HOLDER_RECHECK: Duration = Duration::from_millis(5);
 
 /// How often the worker summarises new BRIN ranges.
 const SUMMARY_INTERVAL: Duration = Duration::from_secs(5);

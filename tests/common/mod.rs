@@ -376,3 +376,38 @@ impl Drop for ScratchCluster {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A worker stopped with SIGSTOP while it is between rounds (no transaction,
+/// no snapshot), resumed on drop.
+pub struct StoppedWorker(i32);
+
+impl StoppedWorker {
+    pub fn stop(client: &mut Client, pid: i32) -> StoppedWorker {
+        loop {
+            signal("STOP", pid);
+            let idle: bool = client
+                .query_one(
+                    "SELECT backend_xid IS NULL AND backend_xmin IS NULL FROM pg_stat_activity WHERE pid = $1",
+                    &[&pid],
+                )
+                .unwrap()
+                .get(0);
+            if idle {
+                return StoppedWorker(pid);
+            }
+            signal("CONT", pid);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for StoppedWorker {
+    fn drop(&mut self) {
+        signal("CONT", self.0);
+    }
+}
+
+pub fn signal(name: &str, pid: i32) {
+    let ok = Command::new("kill").args([&format!("-{name}"), &pid.to_string()]).status().unwrap();
+    assert!(ok.success(), "kill -{name} {pid}");
+}
