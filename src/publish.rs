@@ -265,19 +265,30 @@ fn took(position: i64) -> i64 {
 }
 
 /// `litebase_streams.max_backlog`: before a transaction takes its first
-/// position, wait while more positions than the limit are allocated above
-/// the horizon. Only the first: a transaction that already holds a position
-/// would hold the horizon it waits for. Waits on this backend's latch in 1 ms
-/// steps, for at most a second (a stuck worker must not stall publishers),
-/// and not at all when no worker runs; a cancel ends the wait.
+/// position, wait while the worker is more than the limit behind: positions
+/// above the horizon and below the lowest one an open transaction holds
+/// (those above it cannot become visible before that transaction ends,
+/// however fast the worker is, so they do not count). Only the first
+/// position: a transaction that already holds one would hold the horizon it
+/// waits for. Waits on this backend's latch in 1 ms steps, for at most a
+/// second (a stuck worker must not stall publishers), and not at all when no
+/// worker runs or its rounds fail; a cancel ends the wait.
 fn wait_for_backlog() {
     use std::sync::atomic::Ordering;
     let limit = gucs::MAX_BACKLOG.get();
     let Some(entry) = WORKER_ENTRY.with(|w| w.get()).filter(|_| limit > 0) else { return };
+    // SAFETY: MyDatabaseId is set once at connection and only read here.
+    let db = unsafe { pg_sys::MyDatabaseId };
     for _ in 0..1000 {
-        let behind = entry.newest.load(Ordering::Relaxed).saturating_sub(entry.horizon.load(Ordering::Relaxed));
-        if behind <= limit as u64 || entry.worker_pid.load(Ordering::Acquire) == 0 {
-            return;
+        let horizon = entry.horizon.load(Ordering::Relaxed);
+        let newest = entry.newest.load(Ordering::Relaxed);
+        let within_limit = |upto: u64| upto.saturating_sub(horizon) <= limit as u64;
+        let retrying = entry.state.load(Ordering::Relaxed) == shmem::WorkerState::Retrying as u32;
+        if within_limit(newest) || entry.worker_pid.load(Ordering::Acquire) == 0 || retrying {
+            return; // within the limit, or no worker that waiting would help
+        }
+        if shmem::lowest_position_held(db).is_some_and(|low| within_limit(low.saturating_sub(1))) {
+            return; // the rest waits for an open transaction, not for the worker
         }
         // SAFETY: MyLatch is this backend's own latch; WaitLatch and ResetLatch
         // are the documented pair, and CHECK_FOR_INTERRUPTS turns a cancel into

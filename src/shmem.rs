@@ -439,6 +439,18 @@ pub fn lowest_held(db: pg_sys::Oid) -> Option<u64> {
     lowest
 }
 
+/// The lowest position held by an open publishing transaction of `db`,
+/// passing over backends still taking their first one (they will get a
+/// position above every one taken so far); without waiting.
+pub fn lowest_position_held(db: pg_sys::Oid) -> Option<u64> {
+    slots()
+        .iter()
+        .filter(|slot| slot.db.load(Ordering::SeqCst) == db.to_u32())
+        .map(|slot| slot.low.load(Ordering::SeqCst))
+        .filter(|&low| low != 0 && low != ALLOCATING)
+        .min()
+}
+
 /// The position reported for a slot still allocating after the wait.
 pub const HOLDS_EVERYTHING: u64 = 1;
 

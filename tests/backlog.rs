@@ -12,15 +12,19 @@ use std::time::Duration;
 
 use common::*;
 
+/// The tests of this file change one server-wide setting: one at a time.
+static SETTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Sets a server-wide setting for the test, and resets it on drop.
-struct SystemSetting(&'static str);
+struct SystemSetting(&'static str, #[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
 
 impl SystemSetting {
     fn set(name: &'static str, value: &str) -> SystemSetting {
+        let guard = SETTING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut admin = admin();
         admin.batch_execute(&format!("ALTER SYSTEM SET {name} = '{value}'")).unwrap();
         admin.batch_execute("SELECT pg_reload_conf()").unwrap();
-        SystemSetting(name)
+        SystemSetting(name, guard)
     }
 }
 
@@ -69,4 +73,34 @@ fn publishers_wait_while_the_worker_is_too_far_behind() {
     let last = publisher.join().unwrap();
     wait_for_horizon(&mut c, last);
     assert_eq!(count_stored(&mut c), 41, "every event was stored");
+}
+
+/// Positions above one an open transaction holds cannot become visible
+/// before it ends, however fast the worker is: they are not the worker's
+/// backlog, and publishers do not wait for them (each would wait the full
+/// second, for nothing).
+#[test]
+fn an_open_publishing_transaction_slows_nobody_down() {
+    let db = TestDb::new();
+    let _limit = SystemSetting::set("litebase_streams.max_backlog", "5");
+    let mut c = db.connect();
+    wait_until("the setting reaches new sessions", Duration::from_secs(10), || {
+        db.connect().query_one("SHOW litebase_streams.max_backlog", &[]).unwrap().get::<_, String>(0) == "5"
+    });
+    let first = publish(&mut c, "orders", "{}");
+    wait_for_horizon(&mut c, first);
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN; SELECT streams.publish('orders', '{}')").unwrap();
+
+    let config = db.config();
+    let publisher = std::thread::spawn(move || {
+        let mut c = config.connect(postgres::NoTls).unwrap();
+        (0..20).map(|_| publish(&mut c, "orders", "{}")).last().unwrap()
+    });
+    // Throttled, the twenty would take twenty seconds.
+    wait_until("twenty publishes behind the open transaction", Duration::from_secs(10), || publisher.is_finished());
+    let last = publisher.join().unwrap();
+    assert!(horizon(&mut c) < last, "they wait for the open transaction to become visible");
+    holder.batch_execute("COMMIT").unwrap();
+    wait_for_horizon(&mut c, last);
 }
