@@ -195,6 +195,8 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
         entry.wake.store(false, Ordering::SeqCst);
         let since_last = last_round.elapsed();
         if !split && failures == 0 && since_last < gucs::idle_poll() && blocked_by_holder(db, entry) {
+            // (No round ran since the flag was cleared, so no wait inside
+            // one can have used up a publisher's SetLatch.)
             // Short waits: looking at the slots costs next to nothing, and a
             // wake-up that raced with this check costs at most one step.
             if !BackgroundWorker::wait_latch(Some(HOLDER_RECHECK.min(gucs::idle_poll() - since_last))) {
@@ -265,6 +267,14 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                     wait = wait.min(backoff);
                 }
             }
+        }
+        // A commit during the round raised the flag, and its SetLatch may have
+        // been used up inside the round: PostgreSQL's own waits (a buffer
+        // I/O, a lock) reset the same latch. Publishers set the latch only
+        // when they raise the flag, so sleeping on the latch alone would miss
+        // every commit until idle_poll.
+        if failures == 0 && entry.wake.load(Ordering::SeqCst) {
+            wait = Duration::ZERO;
         }
         if !wait.is_zero() && !BackgroundWorker::wait_latch(Some(wait)) {
             // SAFETY: SIGTERM or postmaster death (wait_latch false), between rounds and outside

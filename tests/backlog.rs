@@ -12,30 +12,6 @@ use std::time::Duration;
 
 use common::*;
 
-/// The tests of this file change one server-wide setting: one at a time.
-static SETTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Sets a server-wide setting for the test, and resets it on drop.
-struct SystemSetting(&'static str, #[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
-
-impl SystemSetting {
-    fn set(name: &'static str, value: &str) -> SystemSetting {
-        let guard = SETTING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut admin = admin();
-        admin.batch_execute(&format!("ALTER SYSTEM SET {name} = '{value}'")).unwrap();
-        admin.batch_execute("SELECT pg_reload_conf()").unwrap();
-        SystemSetting(name, guard)
-    }
-}
-
-impl Drop for SystemSetting {
-    fn drop(&mut self) {
-        let mut admin = admin();
-        let _ = admin.batch_execute(&format!("ALTER SYSTEM RESET {}", self.0));
-        let _ = admin.batch_execute("SELECT pg_reload_conf()");
-    }
-}
-
 #[test]
 fn publishers_wait_while_the_worker_is_too_far_behind() {
     let db = TestDb::new();

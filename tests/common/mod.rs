@@ -411,3 +411,28 @@ pub fn signal(name: &str, pid: i32) {
     let ok = Command::new("kill").args([&format!("-{name}"), &pid.to_string()]).status().unwrap();
     assert!(ok.success(), "kill -{name} {pid}");
 }
+
+/// Tests that change a server-wide setting run one at a time (within a test
+/// binary; put them in a binary of their own, so that no other test sees it).
+static SETTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Sets a server-wide setting for the test, and resets it on drop.
+pub struct SystemSetting(&'static str, #[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+impl SystemSetting {
+    pub fn set(name: &'static str, value: &str) -> SystemSetting {
+        let guard = SETTING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut admin = admin();
+        admin.batch_execute(&format!("ALTER SYSTEM SET {name} = '{value}'")).unwrap();
+        admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+        SystemSetting(name, guard)
+    }
+}
+
+impl Drop for SystemSetting {
+    fn drop(&mut self) {
+        let mut admin = admin();
+        let _ = admin.batch_execute(&format!("ALTER SYSTEM RESET {}", self.0));
+        let _ = admin.batch_execute("SELECT pg_reload_conf()");
+    }
+}
