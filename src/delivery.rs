@@ -77,9 +77,10 @@ pub enum Phase {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Round {
     /// `horizon`: everything at or below it is visible; `delivered`:
-    /// everything at or below it was notified; `more`: the batch limit cut
-    /// the round short.
-    Done { horizon: i64, delivered: i64, more: bool },
+    /// everything at or below it was notified; `newest`: the newest position
+    /// allocated when the round began; `more`: the batch limit cut the round
+    /// short.
+    Done { horizon: i64, delivered: i64, newest: i64, more: bool },
     /// The extension is not installed in this database (any more).
     ExtensionGone,
 }
@@ -345,20 +346,16 @@ fn deliver(
     // Order matters (see horizon.rs): the newest allocated position first,
     // then the publishers' slots, then a fresh snapshot for the events.
     let state = client.select(&plans.read_state, None, &[])?.first();
-    let persisted = state.get::<i64>(1)?.unwrap_or(0);
+    let persisted_row = state.get::<i64>(1)?;
+    let persisted = persisted_row.unwrap_or(0);
     let delivered = state.get::<i64>(2)?.unwrap_or(0);
     let max_allocated = state.get::<i64>(3)?.unwrap_or(0).max(0) as u64;
-    let eras =
-        Eras::read(schema, state.get::<i64>(1)?.is_some(), state.get::<i64>(4)?, state.get::<Vec<i64>>(5)?, persisted);
-    if let Some(entry) = shmem::find_db(db) {
-        // The publishers' running maximum (max_backlog), reset to this log's
-        // (a re-created log starts again at 1).
-        entry.newest.store(max_allocated, std::sync::atomic::Ordering::Relaxed);
-    }
+    let eras = Eras::read(schema, persisted_row.is_some(), state.get::<i64>(4)?, state.get::<Vec<i64>>(5)?, persisted);
+    let newest = max_allocated as i64;
     let held = shmem::held_positions(db);
     crate::hold::enforce(max_allocated, &held);
     let horizon = (horizon::compute(max_allocated, held.iter().map(|(_, low)| *low)) as i64).max(persisted);
-    let idle = Round::Done { horizon: persisted, delivered, more: false };
+    let idle = Round::Done { horizon: persisted, delivered, newest, more: false };
     match phase {
         _ if eras.restored => {}
         Phase::Combined | Phase::Visibility
@@ -404,7 +401,7 @@ fn deliver(
         None,
         &[new_horizon.into(), new_delivered.into(), eras.system_identifier.into(), bounds.into()],
     )?;
-    Ok(Round::Done { horizon: new_horizon, delivered: new_delivered, more })
+    Ok(Round::Done { horizon: new_horizon, delivered: new_delivered, newest, more })
 }
 
 /// The eras of the log (see `streams.transactions` in sql/streams.sql): a log

@@ -422,23 +422,6 @@ pub fn held_positions(db: pg_sys::Oid) -> Vec<(usize, u64)> {
     found
 }
 
-/// The lowest position held by an open publishing transaction of `db`, when
-/// no backend is in the middle of taking its first one; without waiting.
-pub fn lowest_held(db: pg_sys::Oid) -> Option<u64> {
-    let mut lowest = None;
-    for slot in slots() {
-        let low = slot.low.load(Ordering::SeqCst);
-        if low == 0 || slot.db.load(Ordering::SeqCst) != db.to_u32() {
-            continue;
-        }
-        if low == ALLOCATING {
-            return None;
-        }
-        lowest = Some(lowest.map_or(low, |l: u64| l.min(low)));
-    }
-    lowest
-}
-
 /// The lowest position held by an open publishing transaction of `db`,
 /// passing over backends still taking their first one (they will get a
 /// position above every one taken so far); without waiting.

@@ -213,10 +213,13 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                 log!("litebase_streams worker for database {}: extension dropped, exiting", db.to_u32());
                 return;
             }
-            Ok(Round::Done { horizon, delivered, more }) => {
+            Ok(Round::Done { horizon, delivered, newest, more }) => {
                 failures = 0;
                 visible_now = !more;
                 entry.horizon.store(horizon as u64, Ordering::Relaxed);
+                // The publishers' running maximum (max_backlog), reset to this
+                // log's (a re-created log starts again at 1).
+                entry.newest.store(newest as u64, Ordering::Relaxed);
                 if !split {
                     entry.delivered.store(delivered as u64, Ordering::Relaxed);
                 }
@@ -246,7 +249,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
         };
         if split && std::time::Instant::now() >= next_notify {
             match round(db, entry, Phase::Notify) {
-                Ok(Round::Done { horizon, delivered, more }) => {
+                Ok(Round::Done { horizon, delivered, more, .. }) => {
                     notify_failures = 0;
                     entry.delivered.store(delivered as u64, Ordering::Relaxed);
                     entry.notify_state.store(NotifyState::Ok as u32, Ordering::Relaxed);
@@ -286,11 +289,12 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
 
 /// Whether the next round would find nothing to do: the lowest position an
 /// open publishing transaction holds is right above the horizon (so the
-/// horizon cannot move until it leaves), and every visible event was
-/// notified. Reads shared memory only.
+/// horizon cannot move until it leaves; a backend still taking its first
+/// position gets one above it), and every visible event was notified. Reads
+/// shared memory only.
 fn blocked_by_holder(db: pg_sys::Oid, entry: &DbEntry) -> bool {
     let horizon = entry.horizon.load(Ordering::Relaxed);
-    entry.delivered.load(Ordering::Relaxed) == horizon && shmem::lowest_held(db) == Some(horizon + 1)
+    entry.delivered.load(Ordering::Relaxed) == horizon && shmem::lowest_position_held(db) == Some(horizon + 1)
 }
 
 /// How often a worker waiting behind a holder looks at the slots again.
