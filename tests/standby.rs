@@ -7,76 +7,10 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use common::*;
-use postgres::{Client, Config, NoTls};
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run the tests with `make test`"))
-}
-
-/// A standby of the test cluster, stopped and removed on drop.
-struct Standby {
-    dir: PathBuf,
-    port: u16,
-}
-
-impl Standby {
-    fn start() -> Standby {
-        let bindir = env("LITEBASE_STREAMS_PG_BINDIR");
-        let dir = PathBuf::from(env("LITEBASE_STREAMS_SCRATCH_DIR")).join(format!("standby-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let data = dir.to_str().unwrap().to_owned();
-        let ok = as_server_user(&format!("{bindir}/pg_basebackup"))
-            .args(["-D", &data, "-R", "-c", "fast", "-X", "stream", "-U", "postgres"])
-            .args(["-h", &env("LITEBASE_STREAMS_PGHOST"), "-p", &env("LITEBASE_STREAMS_PGPORT")])
-            .status()
-            .expect("pg_basebackup runs");
-        assert!(ok.success(), "pg_basebackup");
-        let standby = Standby { dir, port };
-        let options = format!("-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={data}");
-        let ok = as_server_user(&format!("{bindir}/pg_ctl"))
-            .args(["-D", &data, "-l", &format!("{data}/standby.log"), "-w", "-t", "60", "-o", &options, "start"])
-            .env_remove("RUST_BACKTRACE")
-            .status()
-            .expect("pg_ctl runs");
-        assert!(ok.success(), "the standby starts");
-        standby
-    }
-
-    fn config(&self, db: &str) -> Config {
-        let mut config = Config::new();
-        config.host("127.0.0.1").port(self.port).user("postgres").dbname(db);
-        config
-    }
-
-    fn connect(&self, db: &str) -> Client {
-        self.config(db).connect(NoTls).expect("connect to the standby")
-    }
-
-    fn pg_ctl(&self, args: &[&str]) {
-        let bindir = env("LITEBASE_STREAMS_PG_BINDIR");
-        let ok = as_server_user(&format!("{bindir}/pg_ctl"))
-            .args(["-D", self.dir.to_str().unwrap(), "-w", "-t", "60"])
-            .args(args)
-            .status()
-            .expect("pg_ctl runs");
-        assert!(ok.success(), "pg_ctl {args:?} on the standby");
-    }
-}
-
-impl Drop for Standby {
-    fn drop(&mut self) {
-        let bindir = env("LITEBASE_STREAMS_PG_BINDIR");
-        let _ = as_server_user(&format!("{bindir}/pg_ctl"))
-            .args(["-D", self.dir.to_str().unwrap(), "-m", "immediate", "stop"])
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use postgres::Client;
 
 /// Wait until the standby has replayed everything the primary wrote so far.
 fn catch_up(primary: &mut Client, standby: &mut Client) {
@@ -104,7 +38,7 @@ fn a_standby_serves_final_events_and_a_promoted_one_delivers() {
         primary.query_one("SELECT newest_position FROM streams.status", &[]).unwrap().get::<_, i64>(0) >= later
     });
 
-    let standby = Standby::start();
+    let standby = ScratchCluster::standby_of_test_cluster();
     let mut s = standby.connect(&db.name);
     catch_up(&mut primary, &mut s);
     assert_eq!(

@@ -289,23 +289,47 @@ pub struct ScratchCluster {
 }
 
 impl ScratchCluster {
+    /// A new cluster (initdb).
     pub fn start(name: &str, settings: &[&str]) -> ScratchCluster {
-        let bindir = env("LITEBASE_STREAMS_PG_BINDIR");
+        let dir = Self::new_dir(name);
+        let data = dir.to_str().unwrap().to_owned();
+        let ok = as_server_user(&format!("{}/initdb", env("LITEBASE_STREAMS_PG_BINDIR")))
+            .args(["-D", &data, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C"])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("initdb runs");
+        assert!(ok.success(), "initdb {data}");
+        Self::configure_and_start(dir, settings)
+    }
+
+    /// A streaming hot standby of the test cluster (`pg_basebackup -R`).
+    pub fn standby_of_test_cluster() -> ScratchCluster {
+        let dir = Self::new_dir("standby");
+        let ok = as_server_user(&format!("{}/pg_basebackup", env("LITEBASE_STREAMS_PG_BINDIR")))
+            .args(["-D", dir.to_str().unwrap(), "-R", "-c", "fast", "-X", "stream", "-U", "postgres"])
+            .args(["-h", &env("LITEBASE_STREAMS_PGHOST"), "-p", &env("LITEBASE_STREAMS_PGPORT")])
+            .status()
+            .expect("pg_basebackup runs");
+        assert!(ok.success(), "pg_basebackup");
+        Self::configure_and_start(dir, &[])
+    }
+
+    fn new_dir(name: &str) -> std::path::PathBuf {
         let dir = std::path::PathBuf::from(env("LITEBASE_STREAMS_SCRATCH_DIR")).join(format!(
             "{name}-{}-{}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
         let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    /// Append a port of its own, its socket directory and `settings` to the
+    /// data directory's postgresql.conf (later lines win), and start it.
+    fn configure_and_start(dir: std::path::PathBuf, settings: &[&str]) -> ScratchCluster {
         let data = dir.to_str().unwrap().to_owned();
-        let ok = as_server_user(&format!("{bindir}/initdb"))
-            .args(["-D", &data, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C"])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .expect("initdb runs");
-        assert!(ok.success(), "initdb {data}");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut conf = format!("port = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{data}'\n");
+        let mut conf = format!("\nport = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{data}'\n");
         for setting in settings {
             conf.push_str(setting);
             conf.push('\n');
@@ -315,18 +339,19 @@ impl ScratchCluster {
         text.push_str(&conf);
         std::fs::write(&path, text).unwrap();
         let cluster = ScratchCluster { dir, port };
-        let ok = as_server_user(&format!("{bindir}/pg_ctl"))
-            .args(["-D", &data, "-l", &format!("{data}/server.log"), "-w", "-t", "60", "start"])
-            .env_remove("RUST_BACKTRACE")
-            .status()
-            .expect("pg_ctl runs");
-        assert!(ok.success(), "the scratch cluster {data} starts");
+        cluster.pg_ctl(&["-l", &format!("{data}/server.log"), "start"]);
         cluster
     }
 
-    /// With the settings litebase_streams needs.
-    pub fn with_extension(name: &str) -> ScratchCluster {
-        Self::start(name, &["shared_preload_libraries = 'litebase_streams'", "track_commit_timestamp = on"])
+    /// `pg_ctl <args>` on this cluster, waiting (at most a minute) for it to finish.
+    pub fn pg_ctl(&self, args: &[&str]) {
+        let ok = as_server_user(&format!("{}/pg_ctl", env("LITEBASE_STREAMS_PG_BINDIR")))
+            .args(["-D", self.dir.to_str().unwrap(), "-w", "-t", "60"])
+            .args(args)
+            .env_remove("RUST_BACKTRACE")
+            .status()
+            .expect("pg_ctl runs");
+        assert!(ok.success(), "pg_ctl {args:?} on {}", self.dir.display());
     }
 
     pub fn config(&self, db: &str) -> Config {
