@@ -214,19 +214,34 @@ const READ_PRIVATE_V0_1: &str = "SELECT NULL::text[]";
 /// An UPDATE (a HOT update of one row) in the common case; the row is
 /// inserted by the first round instead of by the extension script, so that
 /// restoring a dump (which carries the row) does not collide with it.
+///
+/// Writes only over the state the round read (`$5` horizon, `$6` system
+/// identifier; both null: no row) and returns how many rows it wrote. The
+/// round read the state with an older snapshot than this statement's, and
+/// only the worker writes the row, except a restore: pg_restore's COPY can
+/// commit in between, and overwriting the restored row with this cluster's
+/// identifier would hide the restore (no new era).
 const SAVE: &str = "
 WITH updated AS (
     UPDATE streams.horizon_state
     SET horizon = $1, delivered = NULLIF($2, $1), system_identifier = $3, era_bounds = $4
-    WHERE id RETURNING 1
+    WHERE id AND horizon IS NOT DISTINCT FROM $5 AND system_identifier IS NOT DISTINCT FROM $6
+    RETURNING 1
+), inserted AS (
+    INSERT INTO streams.horizon_state (id, horizon, delivered, system_identifier, era_bounds)
+    SELECT true, $1, NULLIF($2, $1), $3, $4 WHERE $5 IS NULL
+    ON CONFLICT (id) DO NOTHING
+    RETURNING 1
 )
-INSERT INTO streams.horizon_state (id, horizon, delivered, system_identifier, era_bounds)
-SELECT true, $1, NULLIF($2, $1), $3, $4 WHERE NOT EXISTS (SELECT FROM updated)";
+SELECT (SELECT pg_catalog.count(*) FROM updated) OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM inserted)";
 
-/// 0.1.0 has no delivered position and no eras; `$2` to `$4` are unused.
+/// 0.1.0 has no delivered position and no eras; `$2` to `$6` are unused.
 const SAVE_V0_1: &str = "
-WITH updated AS (UPDATE streams.horizon_state SET horizon = $1 WHERE id RETURNING 1)
-INSERT INTO streams.horizon_state (id, horizon) SELECT true, $1 WHERE NOT EXISTS (SELECT FROM updated)";
+WITH updated AS (UPDATE streams.horizon_state SET horizon = $1 WHERE id RETURNING 1),
+inserted AS (
+    INSERT INTO streams.horizon_state (id, horizon) SELECT true, $1 WHERE NOT EXISTS (SELECT FROM updated) RETURNING 1
+)
+SELECT (SELECT pg_catalog.count(*) FROM updated) OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM inserted)";
 
 /// The version of the extension installed in this database, if any, and the
 /// OID of its `streams.event_log` (which log the positions belong to).
@@ -327,7 +342,7 @@ fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plans>> {
             Schema::Current => Some(client.prepare_mut(MARK, &round)?.keep()),
             Schema::V0_1 => None,
         },
-        save: client.prepare_mut(save, &[int8, int8, int8, int8_array])?.keep(),
+        save: client.prepare_mut(save, &[int8, int8, int8, int8_array, int8, int8])?.keep(),
     });
     PLANS.with(|p| *p.borrow_mut() = Some(plans.clone()));
     Ok(plans)
@@ -350,7 +365,8 @@ fn deliver(
     let persisted = persisted_row.unwrap_or(0);
     let delivered = state.get::<i64>(2)?.unwrap_or(0);
     let max_allocated = state.get::<i64>(3)?.unwrap_or(0).max(0) as u64;
-    let eras = Eras::read(schema, persisted_row.is_some(), state.get::<i64>(4)?, state.get::<Vec<i64>>(5)?, persisted);
+    let written_by = state.get::<i64>(4)?;
+    let eras = Eras::read(schema, persisted_row.is_some(), written_by, state.get::<Vec<i64>>(5)?, persisted);
     let newest = max_allocated as i64;
     let held = shmem::held_positions(db);
     crate::hold::enforce(max_allocated, &held);
@@ -396,11 +412,17 @@ fn deliver(
         }
     };
     let bounds = (!eras.bounds.is_empty()).then_some(eras.bounds);
-    client.update(
-        &plans.save,
-        None,
-        &[new_horizon.into(), new_delivered.into(), eras.system_identifier.into(), bounds.into()],
-    )?;
+    let args = [
+        new_horizon.into(),
+        new_delivered.into(),
+        eras.system_identifier.into(),
+        bounds.into(),
+        persisted_row.into(),
+        written_by.into(),
+    ];
+    if client.update(&plans.save, None, &args)?.first().get::<i64>(1)? != Some(1) {
+        StreamsError::HorizonStateChanged.raise();
+    }
     Ok(Round::Done { horizon: new_horizon, delivered: new_delivered, newest, more })
 }
 

@@ -42,6 +42,9 @@ pub enum StreamsError {
     CommitTimesLost { transactions: i64, after: i64, through: i64 },
     /// The database's encoding is not UTF-8.
     NotUtf8,
+    /// The worker's round found `streams.horizon_state` written by another
+    /// session since it read it (a restore); the round is rolled back.
+    HorizonStateChanged,
 }
 
 impl fmt::Display for StreamsError {
@@ -73,6 +76,9 @@ impl fmt::Display for StreamsError {
             StreamsError::CorruptEvent { position, .. } => {
                 write!(f, "litebase_streams: the stored data of event {position} cannot be read")
             }
+            StreamsError::HorizonStateChanged => f.write_str(
+                "litebase_streams: streams.horizon_state was written by another session during a delivery round",
+            ),
             StreamsError::CommitTimesLost { transactions, .. } => write!(
                 f,
                 "litebase_streams: the commit time of {transactions} transaction(s) was lost before it was recorded"
@@ -92,6 +98,7 @@ impl StreamsError {
             StreamsError::NoPublisherSlot(_) | StreamsError::Spi { .. } => PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
             StreamsError::MissingObject(_) => PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
             StreamsError::CorruptEvent { .. } => PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            StreamsError::HorizonStateChanged => PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
             StreamsError::CommitTimesLost { .. } => PgSqlErrorCode::ERRCODE_WARNING,
             StreamsError::PreparedPublish => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             StreamsError::PermissionDenied { .. } => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
@@ -140,6 +147,10 @@ impl StreamsError {
             StreamsError::CommitTimesLost { .. } => Some(
                 "Commit timestamps are kept until VACUUM FREEZE truncates them: keep the worker running \
                  (see streams.status). After a restore, events committed just before the dump was taken lose theirs."
+                    .into(),
+            ),
+            StreamsError::HorizonStateChanged => Some(
+                "Only the worker writes it, except a restore (pg_restore): the round is retried and reads it again."
                     .into(),
             ),
             _ => None,
