@@ -480,6 +480,215 @@ COMMENT ON FUNCTION streams.worker_pid() IS 'The pid of this database''s worker:
 COMMENT ON FUNCTION streams._acl_changed() IS 'Internal: makes publishers re-check their privileges after this transaction commits.';
 COMMENT ON FUNCTION streams._stream_matches(text, text[]) IS 'Internal: whether a stream is selected by any of the names or patterns.';
 
+-- Subscriptions (new in 0.2.0; the same as sql/subscriptions.sql).
+CREATE TABLE streams.subscription_state (
+    id          integer PRIMARY KEY,
+    name        text COLLATE "C" NOT NULL UNIQUE,
+    stream      text COLLATE "C" NOT NULL,
+    ordered     boolean NOT NULL,
+    -- Every event of the subscription at or below it is processed.
+    position    bigint NOT NULL CHECK (position >= 0),
+    -- The role that created it: its members poll, ack, seek and drop it.
+    owner       regrole NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    last_ack_at timestamptz
+);
+CREATE SEQUENCE streams.subscription_ids AS integer OWNED BY streams.subscription_state.id;
+ALTER TABLE streams.subscription_state ALTER COLUMN id SET DEFAULT pg_catalog.nextval('streams.subscription_ids');
+
+-- Unordered subscriptions: within each chunk of 1024 positions
+-- (streams._chunk), the processed events are a prefix, through done_through.
+-- A poll folds the chunks below its first unprocessed event into `position`
+-- and deletes their rows.
+CREATE TABLE streams.subscription_progress (
+    subscription integer NOT NULL REFERENCES streams.subscription_state (id) ON DELETE CASCADE,
+    chunk        bigint NOT NULL,
+    done_through bigint NOT NULL,
+    acked_at     timestamptz NOT NULL,
+    PRIMARY KEY (subscription, chunk)
+);
+
+-- pg_dump keeps the subscriptions with the log they follow.
+SELECT pg_catalog.pg_extension_config_dump('streams.subscription_state', '');
+SELECT pg_catalog.pg_extension_config_dump('streams.subscription_progress', '');
+SELECT pg_catalog.pg_extension_config_dump('streams.subscription_ids', '');
+
+-- The functions below run as the caller and check it themselves (a member of
+-- the subscription's owner, with the read privilege on every stream its
+-- pattern selects), then use the tables as the extension's owner. Nobody
+-- needs access to the tables.
+CREATE FUNCTION streams._create_subscription(name text, stream text, start bigint, ordered boolean) RETURNS void
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_create_subscription_wrapper';
+CREATE FUNCTION streams._seek_subscription(name text, start bigint) RETURNS void
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_seek_subscription_wrapper';
+CREATE FUNCTION streams._poll(subscription text, max_events integer, wait interval)
+RETURNS TABLE (stream text, after bigint, count integer)
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_poll_wrapper';
+CREATE FUNCTION streams._chunk("position" bigint) RETURNS bigint
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', '_chunk_wrapper';
+CREATE FUNCTION streams._claims() RETURNS TABLE (subscription integer, pid integer, claimed bigint)
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', '_claims_wrapper';
+
+-- streams._start_position(function, after, since, from_tx) -> bigint
+-- Where a subscription starts: after => that position, since/from_tx as in
+-- replay, none => the current horizon. 22023 for more than one of them.
+CREATE FUNCTION streams._start_position(caller text, after bigint, since timestamptz, from_tx xid8) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF pg_catalog.num_nonnulls(after, since, from_tx) OPERATOR(pg_catalog.>) 1 THEN
+        RAISE EXCEPTION '%: give at most one of after, since and from_tx', caller
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'after => a position, since => a time, or from_tx => a transaction id.';
+    END IF;
+    IF after IS NOT NULL THEN
+        RETURN after;
+    END IF;
+    -- A time or transaction that names nothing final yet: from the horizon.
+    RETURN coalesce(CASE WHEN since IS NOT NULL OR from_tx IS NOT NULL
+                         THEN streams._replay_start(since, from_tx) END,
+                    streams.horizon());
+END
+$$;
+
+-- streams.create_subscription(name, stream, after, since, from_tx, ordered) -> void
+-- A durable, named cursor over `stream` (a name, 'prefix.*' or '*'). Starts
+-- after the current horizon, or after => a position (0: the beginning),
+-- since => a time, from_tx => a transaction. ordered => true: one transaction
+-- at a time polls it, in position order; false: concurrent pollers get
+-- disjoint events (competing consumers). 42710 if the name exists, 42501
+-- without the read privilege on the whole pattern.
+CREATE FUNCTION streams.create_subscription(
+    name    text,
+    stream  text        DEFAULT '*',
+    after   bigint      DEFAULT NULL,
+    since   timestamptz DEFAULT NULL,
+    from_tx xid8        DEFAULT NULL,
+    ordered boolean     DEFAULT true
+) RETURNS void
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT streams._create_subscription(
+        create_subscription.name, create_subscription.stream,
+        streams._start_position('streams.create_subscription', create_subscription.after,
+                                create_subscription.since, create_subscription.from_tx),
+        create_subscription.ordered)
+$$;
+
+-- streams.drop_subscription(name) -> boolean
+-- Drop it and its progress; true if it existed.
+CREATE FUNCTION streams.drop_subscription(name text) RETURNS boolean
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_drop_subscription_wrapper';
+
+-- streams.poll(subscription, max_events, wait) -> setof streams.events
+-- The next final events of the subscription that are neither processed nor
+-- claimed by another open transaction, in position order, at most
+-- max_events (1 to 10000), claimed for the caller's transaction. With wait
+-- and nothing to return, sleeps until events arrive or wait is over. Two
+-- statements on purpose: the second one's snapshot sees every claimed event.
+CREATE FUNCTION streams.poll(subscription text, max_events integer DEFAULT 100, wait interval DEFAULT '0')
+RETURNS SETOF streams.events
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    pattern text;
+    afters bigint[];
+    counts integer[];
+BEGIN
+    SELECT pg_catalog.min(c.stream), pg_catalog.array_agg(c.after ORDER BY c.after),
+           pg_catalog.array_agg(c.count ORDER BY c.after)
+    INTO pattern, afters, counts
+    FROM streams._poll(poll.subscription, poll.max_events, poll.wait) c;
+    RETURN QUERY
+        SELECT e.*
+        FROM ROWS FROM (pg_catalog.unnest(afters), pg_catalog.unnest(counts)) AS c(after, count)
+        CROSS JOIN LATERAL streams.replay(pattern, after => c.after, max_events => c.count) e
+        ORDER BY e.position;
+END
+$$;
+
+-- streams.ack(subscription, through) -> void
+-- The events this transaction polled with positions up to `through` are
+-- processed, as part of this transaction. 22023 for positions it did not poll.
+CREATE FUNCTION streams.ack(subscription text, through bigint) RETURNS void
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_ack_wrapper';
+
+-- streams.seek(subscription, after, since, from_tx) -> void
+-- Move the subscription: back to reprocess, ahead to skip. None given: to
+-- the current horizon. Waits for a transaction that holds an ordered
+-- subscription's events.
+CREATE FUNCTION streams.seek(
+    subscription text,
+    after        bigint      DEFAULT NULL,
+    since        timestamptz DEFAULT NULL,
+    from_tx      xid8        DEFAULT NULL
+) RETURNS void
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT streams._seek_subscription(
+        seek.subscription, streams._start_position('streams.seek', seek.after, seek.since, seek.from_tx))
+$$;
+
+-- streams.subscriptions: the subscriptions of the roles the caller belongs
+-- to, with their progress. position: every event of it at or below is
+-- processed; pending: final events after it not yet processed; lag_time: the
+-- age of the oldest pending one; claimed: events claimed by open
+-- transactions, claimed_by: their pids.
+CREATE VIEW streams.subscriptions AS
+SELECT s.name, s.stream, s.ordered, s.owner,
+       coalesce(first_pending.position - 1, GREATEST(s.position, h.horizon)) AS "position",
+       coalesce(pending.count, 0) AS pending,
+       pg_catalog.now() - first_pending.committed_at AS lag_time,
+       coalesce(claims.claimed, 0) AS claimed,
+       coalesce(claims.pids, '{}') AS claimed_by,
+       GREATEST(s.last_ack_at, progress.acked_at) AS last_ack_at,
+       s.created_at
+FROM streams.subscription_state s
+CROSS JOIN LATERAL (SELECT coalesce((SELECT hs.horizon FROM streams.horizon_state hs), 0) AS horizon) h
+LEFT JOIN LATERAL (
+    SELECT e.position,
+           (SELECT t.committed_at FROM streams.transactions t WHERE t.tx = e.tx ORDER BY t.era DESC LIMIT 1) AS committed_at
+    FROM streams.event_log e
+    WHERE e.position > s.position AND e.position <= h.horizon
+      AND (streams._stream_exact(s.stream) IS NULL OR e.stream = streams._stream_exact(s.stream))
+      AND (streams._stream_prefix_low(s.stream) IS NULL
+           OR (e.stream >= streams._stream_prefix_low(s.stream) AND e.stream < streams._stream_prefix_high(s.stream)))
+      AND NOT EXISTS (SELECT FROM streams.subscription_progress p
+                      WHERE p.subscription = s.id AND p.chunk = streams._chunk(e.position) AND p.done_through >= e.position)
+    ORDER BY e.position LIMIT 1
+) first_pending ON true
+LEFT JOIN LATERAL (
+    SELECT pg_catalog.count(*) AS count
+    FROM streams.event_log e
+    WHERE e.position >= first_pending.position AND e.position <= h.horizon
+      AND (streams._stream_exact(s.stream) IS NULL OR e.stream = streams._stream_exact(s.stream))
+      AND (streams._stream_prefix_low(s.stream) IS NULL
+           OR (e.stream >= streams._stream_prefix_low(s.stream) AND e.stream < streams._stream_prefix_high(s.stream)))
+      AND NOT EXISTS (SELECT FROM streams.subscription_progress p
+                      WHERE p.subscription = s.id AND p.chunk = streams._chunk(e.position) AND p.done_through >= e.position)
+) pending ON true
+LEFT JOIN LATERAL (
+    SELECT pg_catalog.sum(c.claimed)::bigint AS claimed, pg_catalog.array_agg(DISTINCT c.pid) AS pids
+    FROM streams._claims() c WHERE c.subscription = s.id
+) claims ON true
+LEFT JOIN LATERAL (
+    SELECT pg_catalog.max(p.acked_at) AS acked_at FROM streams.subscription_progress p WHERE p.subscription = s.id
+) progress ON true
+WHERE pg_catalog.pg_has_role(s.owner, 'USAGE');
+
+COMMENT ON TABLE streams.subscription_state IS 'Subscriptions: name, stream pattern, ordering, processed position, owner (see streams.subscriptions).';
+COMMENT ON COLUMN streams.subscription_state.position IS 'Every event of the subscription at or below this position is processed (unordered: plus the progress rows above it).';
+COMMENT ON TABLE streams.subscription_progress IS 'Unordered subscriptions: the processed prefix of each chunk of 1024 positions above the position.';
+COMMENT ON SEQUENCE streams.subscription_ids IS 'Ids of subscriptions (keys of their claim locks).';
+COMMENT ON FUNCTION streams._create_subscription(text, text, bigint, boolean) IS 'Internal: create_subscription once the start position is known.';
+COMMENT ON FUNCTION streams._seek_subscription(text, bigint) IS 'Internal: seek once the position is known.';
+COMMENT ON FUNCTION streams._poll(text, integer, interval) IS 'Internal: claim the next events of a subscription, as ranges of positions.';
+COMMENT ON FUNCTION streams._chunk(bigint) IS 'Internal: the chunk (1024 positions) of an unordered subscription a position falls in.';
+COMMENT ON FUNCTION streams._claims() IS 'Internal: the events open transactions of this database claimed, per subscription and pid.';
+COMMENT ON FUNCTION streams._start_position(text, bigint, timestamptz, xid8) IS 'Internal: where a subscription starts or seeks to.';
+COMMENT ON FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean) IS 'Create a durable, named subscription to a stream, ''prefix.*'' or ''*''.';
+COMMENT ON FUNCTION streams.drop_subscription(text) IS 'Drop a subscription and its progress; true if it existed.';
+COMMENT ON FUNCTION streams.poll(text, integer, interval) IS 'Claim the next events of a subscription for this transaction; wait => long poll.';
+COMMENT ON FUNCTION streams.ack(text, bigint) IS 'Mark what this transaction polled, up to a position, as processed (commits with the transaction).';
+COMMENT ON FUNCTION streams.seek(text, bigint, timestamptz, xid8) IS 'Move a subscription back (reprocess) or ahead (skip).';
+COMMENT ON VIEW streams.subscriptions IS 'The subscriptions of the caller''s roles: position, pending events, lag, claims.';
+
 -- Privileges, as a fresh install sets them.
 -- Privileges start from nothing: what default privileges (ALTER DEFAULT
 -- PRIVILEGES of the installing role) gave others on the new objects, or what
@@ -519,6 +728,14 @@ GRANT EXECUTE ON FUNCTION streams._replay_check(bigint, timestamptz, xid8),
     streams._stream_exact(text), streams._stream_prefix_low(text), streams._stream_prefix_high(text),
     streams._replay_limit(integer), streams._stream_matches(text, text[]), streams._era(bigint, bigint[]),
     streams._reads_all(), streams._read_patterns(), streams._may_publish(text) TO PUBLIC;
+
+-- Subscriptions: each function checks its caller; the tables stay the owner's alone.
+GRANT SELECT ON streams.subscriptions TO PUBLIC;
+GRANT EXECUTE ON FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean),
+    streams.drop_subscription(text), streams.poll(text, integer, interval), streams.ack(text, bigint),
+    streams.seek(text, bigint, timestamptz, xid8), streams._create_subscription(text, text, bigint, boolean),
+    streams._seek_subscription(text, bigint), streams._poll(text, integer, interval), streams._chunk(bigint),
+    streams._claims(), streams._start_position(text, bigint, timestamptz, xid8) TO PUBLIC;
 
 -- The roles captured above get their access back.
 DO $migrate$

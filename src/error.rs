@@ -45,6 +45,22 @@ pub enum StreamsError {
     /// The worker's round found `streams.horizon_state` written by another
     /// session since it read it (a restore); the round is rolled back.
     HorizonStateChanged,
+    /// A subscription name that breaks the naming rule.
+    InvalidSubscriptionName { name: String, reason: &'static str },
+    /// `create_subscription` with a name that exists.
+    DuplicateSubscription(String),
+    /// No subscription of that name.
+    UnknownSubscription(String),
+    /// The caller is not a member of the subscription's owner.
+    NotSubscriptionOwner(String),
+    /// The caller may not read every stream the subscription's pattern selects.
+    SubscriptionNotReadable { subscription: String, stream: String },
+    /// `ack` of positions this transaction did not poll.
+    AckNotPolled { subscription: String, through: i64, polled_through: Option<i64> },
+    /// A poll of an unordered subscription under repeatable read or serializable.
+    UnorderedPollNeedsReadCommitted,
+    /// A transaction that holds claims tried to PREPARE.
+    PreparedPoll,
 }
 
 impl fmt::Display for StreamsError {
@@ -76,6 +92,32 @@ impl fmt::Display for StreamsError {
             StreamsError::CorruptEvent { position, .. } => {
                 write!(f, "litebase_streams: the stored data of event {position} cannot be read")
             }
+            StreamsError::InvalidSubscriptionName { name, reason } => {
+                write!(f, "invalid subscription name \"{}\": {reason}; {STREAM_NAME_RULE}", name.escape_default())
+            }
+            StreamsError::DuplicateSubscription(name) => write!(f, "subscription \"{name}\" already exists"),
+            StreamsError::UnknownSubscription(name) => write!(f, "subscription \"{name}\" does not exist"),
+            StreamsError::NotSubscriptionOwner(name) => {
+                write!(f, "permission denied for subscription \"{name}\"")
+            }
+            StreamsError::SubscriptionNotReadable { subscription, stream } => write!(
+                f,
+                "permission denied to read stream \"{stream}\" of subscription \"{subscription}\""
+            ),
+            StreamsError::AckNotPolled { subscription, through, polled_through: None } => write!(
+                f,
+                "streams.ack: this transaction polled nothing from subscription \"{subscription}\" (through {through})"
+            ),
+            StreamsError::AckNotPolled { subscription, through, polled_through: Some(polled) } => write!(
+                f,
+                "streams.ack: position {through} is beyond what this transaction polled from subscription \"{subscription}\" (through {polled})"
+            ),
+            StreamsError::UnorderedPollNeedsReadCommitted => f.write_str(
+                "streams.poll of an unordered subscription needs READ COMMITTED isolation",
+            ),
+            StreamsError::PreparedPoll => {
+                f.write_str("cannot PREPARE a transaction that holds claims of a litebase_streams subscription")
+            }
             StreamsError::HorizonStateChanged => f.write_str(
                 "litebase_streams: streams.horizon_state was written by another session during a delivery round",
             ),
@@ -99,6 +141,17 @@ impl StreamsError {
             StreamsError::MissingObject(_) => PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
             StreamsError::CorruptEvent { .. } => PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
             StreamsError::HorizonStateChanged => PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+            StreamsError::InvalidSubscriptionName { .. } | StreamsError::AckNotPolled { .. } => {
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
+            }
+            StreamsError::DuplicateSubscription(_) => PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT,
+            StreamsError::UnknownSubscription(_) => PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            StreamsError::NotSubscriptionOwner(_) | StreamsError::SubscriptionNotReadable { .. } => {
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE
+            }
+            StreamsError::UnorderedPollNeedsReadCommitted | StreamsError::PreparedPoll => {
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED
+            }
             StreamsError::CommitTimesLost { .. } => PgSqlErrorCode::ERRCODE_WARNING,
             StreamsError::PreparedPublish => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             StreamsError::PermissionDenied { .. } => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
@@ -148,6 +201,23 @@ impl StreamsError {
                 "Commit timestamps are kept until VACUUM FREEZE truncates them: keep the worker running \
                  (see streams.status). After a restore, events committed just before the dump was taken lose theirs."
                     .into(),
+            ),
+            StreamsError::NotSubscriptionOwner(_) => Some(
+                "Poll, ack, seek or drop it as the role that created it or a member of that role.".into(),
+            ),
+            StreamsError::SubscriptionNotReadable { .. } => Some(
+                "A superuser or the extension's owner grants it: SELECT streams.grant('read', '<pattern>', '<role>'); \
+                 the grant must cover the whole pattern."
+                    .into(),
+            ),
+            StreamsError::AckNotPolled { .. } => Some(
+                "Ack, in the transaction that polled them, at most the last position streams.poll returned.".into(),
+            ),
+            StreamsError::UnorderedPollNeedsReadCommitted => Some(
+                "Poll it in a READ COMMITTED transaction (the default), or use an ordered subscription.".into(),
+            ),
+            StreamsError::PreparedPoll => Some(
+                "Poll and ack in a transaction that commits directly; two-phase commit is not supported.".into(),
             ),
             StreamsError::HorizonStateChanged => Some(
                 "Only the worker writes it, except a restore (pg_restore): the round is retried and reads it again."

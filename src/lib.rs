@@ -10,8 +10,10 @@
 //! * kept_plan.rs: statements planned once per backend under a pinned search_path;
 //! * hold.rs: `litebase_streams.hold_timeout`;
 //! * replay.rs, status.rs: SQL helpers behind `streams.replay` and `streams.status`;
+//! * subscriptions/: durable consumers (`poll`, `ack`, `seek`), their claims and long polls;
 //! * utility.rs: keeps DROP DATABASE working;
-//! * sql/: the tables, views and SQL functions users see.
+//! * sql/: the tables, views and SQL functions users see (streams.sql, subscriptions.sql,
+//!   then finish.sql: privileges and the worker).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -31,6 +33,7 @@ mod publish;
 mod replay;
 mod shmem;
 mod status;
+mod subscriptions;
 mod utility;
 mod worker;
 
@@ -39,7 +42,23 @@ use error::{OrRaise, StreamsError};
 ::pgrx::pg_module_magic!();
 
 extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
-extension_sql_file!("../sql/streams.sql", name = "streams_schema", finalize);
+extension_sql_file!(
+    "../sql/streams.sql",
+    name = "streams_schema",
+    requires = [
+        _require_preload,
+        privileges::_acl_changed,
+        privileges::_stream_matches,
+        replay::_stream_exact,
+        replay::_stream_prefix_low,
+        replay::_stream_prefix_high,
+        replay::_replay_limit,
+        status::_worker_status,
+        status::worker_pid
+    ]
+);
+extension_sql_file!("../sql/subscriptions.sql", name = "subscriptions", requires = ["streams_schema"]);
+extension_sql_file!("../sql/finish.sql", name = "finish", finalize);
 
 /// Set when `_PG_init` ran from `shared_preload_libraries` (inherited by every
 /// backend the postmaster forks).

@@ -142,7 +142,7 @@ pub fn as_owner<R>(owner: pg_sys::Oid, body: impl FnOnce() -> R) -> R {
 /// when the transaction commits, every backend drops its cached publish
 /// answers.
 #[pg_extern(volatile)]
-fn _acl_changed() {
+pub(crate) fn _acl_changed() {
     CHANGED_IN_THIS_XACT.with(|c| c.set(true));
 }
 
@@ -183,6 +183,6 @@ crate::pg_decls::function_info_v1!(pg_finfo_litebase_streams_matches_support);
 /// by any of `patterns` (exact names, `prefix.*`, `*`). Used by the
 /// `streams.events` view and `streams._may_publish`.
 #[pg_extern(immutable, strict, parallel_safe)]
-fn _stream_matches(stream: &str, patterns: pgrx::Array<&str>) -> bool {
+pub(crate) fn _stream_matches(stream: &str, patterns: pgrx::Array<&str>) -> bool {
     patterns.iter().flatten().any(|pattern| crate::notify::pattern_matches(pattern, stream))
 }

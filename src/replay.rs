@@ -16,7 +16,7 @@ fn selector(pattern: Option<&str>) -> StreamSelector {
 
 /// The stream name when `pattern` is an exact name, else null.
 #[pg_extern(immutable, parallel_safe)]
-fn _stream_exact(pattern: Option<&str>) -> Option<String> {
+pub(crate) fn _stream_exact(pattern: Option<&str>) -> Option<String> {
     match selector(pattern) {
         StreamSelector::Exact(name) => Some(name),
         _ => None,
@@ -25,7 +25,7 @@ fn _stream_exact(pattern: Option<&str>) -> Option<String> {
 
 /// The lowest name matched by a prefix pattern (`payment.*` → `payment.`), else null.
 #[pg_extern(immutable, parallel_safe)]
-fn _stream_prefix_low(pattern: Option<&str>) -> Option<String> {
+pub(crate) fn _stream_prefix_low(pattern: Option<&str>) -> Option<String> {
     match selector(pattern) {
         StreamSelector::Prefix { prefix, .. } => Some(prefix),
         _ => None,
@@ -34,7 +34,7 @@ fn _stream_prefix_low(pattern: Option<&str>) -> Option<String> {
 
 /// The smallest name above every name a prefix pattern matches, else null.
 #[pg_extern(immutable, parallel_safe)]
-fn _stream_prefix_high(pattern: Option<&str>) -> Option<String> {
+pub(crate) fn _stream_prefix_high(pattern: Option<&str>) -> Option<String> {
     match selector(pattern) {
         StreamSelector::Prefix { upper, .. } => Some(upper),
         _ => None,
@@ -43,7 +43,7 @@ fn _stream_prefix_high(pattern: Option<&str>) -> Option<String> {
 
 /// `max_events`, checked: not null (22004), not negative (22023).
 #[pg_extern(immutable, parallel_safe)]
-fn _replay_limit(max_events: Option<i32>) -> i32 {
+pub(crate) fn _replay_limit(max_events: Option<i32>) -> i32 {
     match max_events {
         None => StreamsError::NullArgument("max_events").raise(),
         Some(n) if n < 0 => StreamsError::InvalidArgument(format!("max_events must be zero or more, not {n}")).raise(),

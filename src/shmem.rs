@@ -1,5 +1,7 @@
-//! The state shared between publishers and workers: one slot per backend for
-//! open publishing transactions, and one entry per database for its worker.
+//! The state shared between publishers, consumers and workers: one slot per
+//! backend for open publishing transactions, one per backend for what its
+//! subscription polls claim and wait for, and one entry per database for its
+//! worker.
 //!
 //! Everything here is a plain atomic, so publishers' commit callbacks can touch
 //! it without locks or allocation. The slots are indexed by `pgprocno`, so each
@@ -22,6 +24,24 @@ pub struct PublisherSlot {
     since: AtomicI64,
     /// The announcing backend's pid, for hold_timeout.
     pid: AtomicI32,
+}
+
+/// How many subscriptions one backend's transaction reports claims for in
+/// `streams.subscriptions` (it may claim from more; they are not counted).
+pub const CLAIMS_SHOWN: usize = 4;
+
+/// One backend's subscription polls: the database whose horizon it waits
+/// for, and how many events its open transaction claimed, per subscription.
+/// Written only by its backend; read by the worker (waiters) and by
+/// `streams.subscriptions` (claims).
+#[repr(C)]
+pub struct ConsumerSlot {
+    /// The database a long poll waits in, 0 when none.
+    waiting_db: AtomicU32,
+    claim_db: AtomicU32,
+    /// Subscription ids (0: unused) and their claimed event counts.
+    claim_subscription: [AtomicI32; CLAIMS_SHOWN],
+    claim_count: [AtomicI64; CLAIMS_SHOWN],
 }
 
 /// What the worker of one database publishes about itself.
@@ -127,11 +147,14 @@ fn dimensions() -> (u32, u32) {
     ((backends + prepared + 16) as u32, workers.max(1) as u32)
 }
 
-fn layout(n_slots: u32, n_dbs: u32) -> (usize, usize, usize) {
+/// Offsets of the database entries, the publisher slots and the consumer
+/// slots, and the total size.
+fn layout(n_slots: u32, n_dbs: u32) -> (usize, usize, usize, usize) {
     let header = std::mem::size_of::<Header>().next_multiple_of(64);
     let dbs = n_dbs as usize * std::mem::size_of::<DbEntry>();
     let slots = n_slots as usize * std::mem::size_of::<PublisherSlot>();
-    (header, header + dbs, header + dbs + slots)
+    let consumers = n_slots as usize * std::mem::size_of::<ConsumerSlot>();
+    (header, header + dbs, header + dbs + slots, header + dbs + slots + consumers)
 }
 
 /// Install the shared-memory hooks. Call only from `_PG_init` while
@@ -155,7 +178,7 @@ unsafe extern "C-unwind" fn request_hook() {
         prev();
     }
     let (n_slots, n_dbs) = dimensions();
-    pg_sys::RequestAddinShmemSpace(layout(n_slots, n_dbs).2);
+    pg_sys::RequestAddinShmemSpace(layout(n_slots, n_dbs).3);
 }
 
 /// # Safety
@@ -167,7 +190,7 @@ unsafe extern "C-unwind" fn startup_hook() {
         prev();
     }
     let (n_slots, n_dbs) = dimensions();
-    let size = layout(n_slots, n_dbs).2;
+    let size = layout(n_slots, n_dbs).3;
     let mut found = false;
     let base = pg_sys::ShmemInitStruct(SHMEM_NAME.as_ptr(), size, &mut found);
     if !found {
@@ -210,10 +233,100 @@ fn slots() -> &'static [PublisherSlot] {
     // SAFETY: header() is the ShmemInitStruct region, live as long as the server and sized by the
     // request hook with the same layout(); n_slots and n_dbs never change after startup.
     unsafe {
-        let (_, offset, _) = layout((*header).n_slots, (*header).n_dbs);
+        let (_, offset, _, _) = layout((*header).n_slots, (*header).n_dbs);
         let base = (header as *mut u8).add(offset) as *const PublisherSlot;
         std::slice::from_raw_parts(base, (*header).n_slots as usize)
     }
+}
+
+fn consumer_slots() -> &'static [ConsumerSlot] {
+    let header = header();
+    // SAFETY: as in slots(): the consumer slots follow the publisher slots at layout()'s offset.
+    unsafe {
+        let (_, _, offset, _) = layout((*header).n_slots, (*header).n_dbs);
+        let base = (header as *mut u8).add(offset) as *const ConsumerSlot;
+        std::slice::from_raw_parts(base, (*header).n_slots as usize)
+    }
+}
+
+/// This backend's consumer slot.
+pub fn my_consumer_slot() -> Option<&'static ConsumerSlot> {
+    // SAFETY: MyProcNumber's PG15 form: MyProc is set once the backend is connected.
+    let procno = unsafe { (*pg_sys::MyProc).pgprocno };
+    consumer_slots().get(usize::try_from(procno).ok()?)
+}
+
+impl ConsumerSlot {
+    /// Wait for database `db`'s horizon (0: stop waiting).
+    pub fn wait_in(&self, db: u32) {
+        self.waiting_db.store(db, Ordering::SeqCst);
+    }
+
+    /// Report `count` events claimed from `subscription` in database `db`
+    /// (0: none). Atomics only: runs inside commit callbacks.
+    pub fn report_claims(&self, db: u32, subscription: i32, count: i64) {
+        self.claim_db.store(db, Ordering::Relaxed);
+        let entries = self.claim_subscription.iter().zip(&self.claim_count);
+        for (sub, claimed) in entries.clone() {
+            if sub.load(Ordering::Relaxed) == subscription {
+                claimed.store(count, Ordering::Relaxed);
+                if count == 0 {
+                    sub.store(0, Ordering::Relaxed);
+                }
+                return;
+            }
+        }
+        if count > 0 {
+            if let Some((sub, claimed)) = entries.into_iter().find(|(sub, _)| sub.load(Ordering::Relaxed) == 0) {
+                claimed.store(count, Ordering::Relaxed);
+                sub.store(subscription, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The transaction ended: nothing is claimed. Atomics only.
+    pub fn clear_claims(&self) {
+        for sub in &self.claim_subscription {
+            sub.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Set the latch of every backend whose long poll waits in database `db`.
+/// Atomics and `SetLatch` only: the worker calls it after each round that
+/// moved the horizon, and a transaction that held claims at its end.
+pub fn wake_pollers(db: pg_sys::Oid) {
+    if !available() {
+        return;
+    }
+    for (procno, slot) in consumer_slots().iter().enumerate() {
+        if slot.waiting_db.load(Ordering::SeqCst) == db.to_u32() {
+            // SAFETY: ProcGlobal's allProcs lives as long as the server and has a
+            // PGPROC for every pgprocno the slots are sized for; SetLatch never raises.
+            unsafe {
+                let proc_ = (*pg_sys::ProcGlobal).allProcs.add(procno);
+                pg_sys::SetLatch(&raw mut (*proc_).procLatch);
+            }
+        }
+    }
+}
+
+/// (subscription, pid, claimed events) of every open transaction in `db`
+/// that claimed events, for `streams.subscriptions`.
+pub fn claims_in(db: pg_sys::Oid) -> Vec<(i32, i32, i64)> {
+    let mut found = Vec::new();
+    for (procno, slot) in consumer_slots().iter().enumerate() {
+        if slot.claim_db.load(Ordering::Relaxed) != db.to_u32() {
+            continue;
+        }
+        for (sub, claimed) in slot.claim_subscription.iter().zip(&slot.claim_count) {
+            let (sub, claimed) = (sub.load(Ordering::Relaxed), claimed.load(Ordering::Relaxed));
+            if sub != 0 && claimed > 0 {
+                found.push((sub, pid_of(procno), claimed));
+            }
+        }
+    }
+    found
 }
 
 /// The current generation of stream grants (see privileges.rs).

@@ -25,7 +25,7 @@ fn newest_position() -> i64 {
 #[pg_extern(volatile, security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 #[allow(clippy::type_complexity)]
-fn _worker_status() -> TableIterator<
+pub(crate) fn _worker_status() -> TableIterator<
     'static,
     (
         name!(newest_position, i64),
@@ -71,7 +71,7 @@ fn _worker_status() -> TableIterator<
 /// process whose notifications a client should trust (compare it with the
 /// notification's sender pid); null when no worker runs.
 #[pg_extern(stable, parallel_safe)]
-fn worker_pid() -> Option<i32> {
+pub(crate) fn worker_pid() -> Option<i32> {
     if !shmem::available() {
         return None;
     }

@@ -216,7 +216,10 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
             Ok(Round::Done { horizon, delivered, newest, more }) => {
                 failures = 0;
                 visible_now = !more;
-                entry.horizon.store(horizon as u64, Ordering::Relaxed);
+                if entry.horizon.swap(horizon as u64, Ordering::Relaxed) != horizon as u64 {
+                    // Committed: long polls of subscriptions see the new horizon.
+                    shmem::wake_pollers(db);
+                }
                 // The publishers' running maximum (max_backlog), reset to this
                 // log's (a re-created log starts again at 1).
                 entry.newest.store(newest as u64, Ordering::Relaxed);

@@ -1,0 +1,62 @@
+-------------------------------------------------------------------------------
+-- The last part of CREATE EXTENSION, after every object of streams.sql and
+-- subscriptions.sql exists: privileges, then the worker.
+-------------------------------------------------------------------------------
+
+-- Privileges: nothing for PUBLIC but helpers that reveal nothing (pure
+-- functions, and what the caller itself may do). Readers and publishers get
+-- what they need from streams.grant; operators:
+--   GRANT USAGE ON SCHEMA streams TO ops;
+--   GRANT SELECT ON streams.status TO ops;
+--   GRANT EXECUTE ON FUNCTION streams._worker_status() TO ops;
+-- Privileges start from nothing: what default privileges (ALTER DEFAULT
+-- PRIVILEGES of the installing role) gave others on the new objects, or what
+-- a pre-existing empty schema granted, is taken back first.
+DO $reset$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT g.kind, g.name, CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END AS grantee
+        FROM (
+            SELECT CASE c.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END AS kind, c.oid::regclass::text AS name,
+                   a.grantee, c.relowner AS owner
+            FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+            WHERE c.relnamespace = 'streams'::regnamespace
+            UNION ALL
+            SELECT 'FUNCTION', p.oid::regprocedure::text, a.grantee, p.proowner
+            FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+            WHERE p.pronamespace = 'streams'::regnamespace
+            UNION ALL
+            SELECT 'SCHEMA', 'streams', a.grantee, n.nspowner
+            FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+            WHERE n.nspname = 'streams'
+        ) g
+        WHERE g.grantee <> g.owner
+        GROUP BY 1, 2, 3
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %s', r.kind, r.name, r.grantee);
+    END LOOP;
+END
+$reset$;
+REVOKE ALL ON ALL TABLES IN SCHEMA streams FROM PUBLIC;
+REVOKE ALL ON SEQUENCE streams.position_seq FROM PUBLIC;
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA streams FROM PUBLIC;
+GRANT SELECT ON streams.stream_grants TO PUBLIC;
+-- replay is inlined into the caller's query and the events view calls these
+-- as the caller.
+GRANT EXECUTE ON FUNCTION streams._replay_check(bigint, timestamptz, xid8),
+    streams._stream_exact(text), streams._stream_prefix_low(text), streams._stream_prefix_high(text),
+    streams._replay_limit(integer), streams._stream_matches(text, text[]), streams._era(bigint, bigint[]),
+    streams._reads_all(), streams._read_patterns(), streams._may_publish(text) TO PUBLIC;
+
+-- Subscriptions: each function checks its caller; the tables stay the owner's alone.
+GRANT SELECT ON streams.subscriptions TO PUBLIC;
+GRANT EXECUTE ON FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean),
+    streams.drop_subscription(text), streams.poll(text, integer, interval), streams.ack(text, bigint),
+    streams.seek(text, bigint, timestamptz, xid8), streams._create_subscription(text, text, bigint, boolean),
+    streams._seek_subscription(text, bigint), streams._poll(text, integer, interval), streams._chunk(bigint),
+    streams._claims(), streams._start_position(text, bigint, timestamptz, xid8) TO PUBLIC;
+
+-- Start this database's worker when CREATE EXTENSION commits.
+SELECT streams._launch_worker();

@@ -1,0 +1,215 @@
+//! Claims: which events a transaction polled and has not yet acked.
+//!
+//! A claim is a lock in PostgreSQL's lock manager, held until the claiming
+//! transaction ends: a commit, a rollback, a failed statement that aborts
+//! the transaction, a rolled-back savepoint (its locks go with it) or a lost
+//! session all return it, without any code of ours running. The locks use
+//! the advisory lock tag with a fourth field that `pg_advisory_lock` and its
+//! kin never produce (they use 1 and 2), so no SQL caller can take, hold or
+//! release a subscription's claims; `pg_locks` shows them as advisory locks
+//! with `objsubid` 19522 (token) or 19523 (chunk).
+//!
+//! * An ordered subscription has one lock, its token: one transaction at a
+//!   time polls it.
+//! * An unordered subscription is split into chunks of [`CHUNK_WIDTH`]
+//!   positions, one lock each: concurrent pollers take different chunks,
+//!   and within a chunk the processed events are always a prefix (a claim
+//!   starts where the last ack of the chunk ended).
+//!
+//! What the transaction claimed (the position ranges) is kept here, in
+//! backend memory, per subtransaction: a rolled-back savepoint drops the
+//! ranges it added, as PostgreSQL drops the locks. The counts are also
+//! published in shared memory for `streams.subscriptions`.
+
+use std::cell::{Cell, RefCell};
+use std::ffi::c_void;
+
+use pgrx::prelude::*;
+
+use crate::error::StreamsError;
+use crate::shmem;
+
+/// Positions per chunk of an unordered subscription. Chunk numbers are lock
+/// keys of 32 bits: positions up to 4.4 * 10^12.
+pub const CHUNK_WIDTH: i64 = 1024;
+
+/// The fourth field of a subscription's lock tags.
+const TOKEN_TAG: u16 = 0x4C42;
+const CHUNK_TAG: u16 = 0x4C43;
+
+/// The chunk of an unordered subscription a position falls in.
+pub fn chunk_of(position: i64) -> i64 {
+    position / CHUNK_WIDTH
+}
+
+/// What a claim locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key {
+    /// An ordered subscription's only lock.
+    Token,
+    Chunk(i64),
+}
+
+/// Events of a subscription's stream pattern in `(low, high]`, polled by
+/// this transaction (`count` of them).
+#[derive(Debug, Clone, Copy)]
+pub struct Claim {
+    pub subscription: i32,
+    pub key: Key,
+    pub low: i64,
+    pub high: i64,
+    pub count: i64,
+    subtransaction: pg_sys::SubTransactionId,
+}
+
+thread_local! {
+    static CLAIMS: RefCell<Vec<Claim>> = const { RefCell::new(Vec::new()) };
+    static CALLBACKS_REGISTERED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn tag(subscription: i32, key: Key) -> pg_sys::LOCKTAG {
+    let (field3, field4) = match key {
+        Key::Token => (0, TOKEN_TAG),
+        Key::Chunk(chunk) => (u32::try_from(chunk).expect("positions below 4.4 * 10^12"), CHUNK_TAG),
+    };
+    pg_sys::LOCKTAG {
+        // SAFETY: MyDatabaseId is set once the backend connected; a plain read.
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: subscription as u32,
+        locktag_field3: field3,
+        locktag_field4: field4,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+    }
+}
+
+/// Take the lock for `key` unless another transaction holds it; true when
+/// this transaction holds it now. Never waits.
+pub fn try_lock(subscription: i32, key: Key) -> bool {
+    register_callbacks();
+    let tag = tag(subscription, key);
+    // SAFETY: a transaction-scoped lock on a tag of our own; LockAcquire raises
+    // (out of shared memory) through pgrx's FFI guard, as a Rust panic.
+    let result = unsafe { pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as i32, false, true) };
+    result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+}
+
+/// Give back a lock this transaction took but claimed nothing under.
+pub fn unlock(subscription: i32, key: Key) {
+    let tag = tag(subscription, key);
+    // SAFETY: releases a transaction-scoped lock this backend holds (try_lock
+    // succeeded); LockRelease only warns when it is not held.
+    unsafe { pg_sys::LockRelease(&tag, pg_sys::ExclusiveLock as i32, false) };
+}
+
+/// Record what a poll claimed under a lock this transaction holds.
+pub fn add(subscription: i32, key: Key, low: i64, high: i64, count: i64) {
+    // SAFETY: a plain read of the backend's current subtransaction id.
+    let subtransaction = unsafe { pg_sys::GetCurrentSubTransactionId() };
+    CLAIMS.with(|c| c.borrow_mut().push(Claim { subscription, key, low, high, count, subtransaction }));
+    publish_count(subscription);
+}
+
+/// This transaction's claims on `subscription`.
+pub fn of(subscription: i32) -> Vec<Claim> {
+    CLAIMS.with(|c| c.borrow().iter().filter(|c| c.subscription == subscription).copied().collect())
+}
+
+/// Where this transaction's next poll of `key` continues: after the highest
+/// position it claimed there, if it claimed any.
+pub fn claimed_through(subscription: i32, key: Key) -> Option<i64> {
+    of(subscription).iter().filter(|c| c.key == key).map(|c| c.high).max()
+}
+
+fn publish_count(subscription: i32) {
+    let count =
+        CLAIMS.with(|c| c.borrow().iter().filter(|c| c.subscription == subscription).map(|c| c.count).sum());
+    if let Some(slot) = shmem::my_consumer_slot() {
+        // SAFETY: MyDatabaseId is set once the backend connected; a plain read.
+        slot.report_claims(unsafe { pg_sys::MyDatabaseId }.to_u32(), subscription, count);
+    }
+}
+
+fn register_callbacks() {
+    if !CALLBACKS_REGISTERED.with(|r| r.replace(true)) {
+        // SAFETY: registers plain functions for the rest of this backend's
+        // life; they touch backend memory and atomics only, and raise only at
+        // PRE_PREPARE, where raising is allowed.
+        unsafe {
+            pg_sys::RegisterXactCallback(Some(xact_callback), std::ptr::null_mut());
+            pg_sys::RegisterSubXactCallback(Some(subxact_callback), std::ptr::null_mut());
+        }
+    }
+}
+
+/// The transaction ended: PostgreSQL released every lock; forget the
+/// ranges, and wake the long polls of this database if anything was claimed
+/// (an ordered subscription's next poller waits for exactly this).
+/// Atomics and `SetLatch` only at commit; the vector's memory is freed with
+/// `free`, which does not raise.
+fn end_of_transaction() {
+    let held = CLAIMS.with(|c| {
+        let mut claims = c.borrow_mut();
+        let held = !claims.is_empty();
+        claims.clear();
+        held
+    });
+    if held {
+        if let Some(slot) = shmem::my_consumer_slot() {
+            slot.clear_claims();
+        }
+        // SAFETY: MyDatabaseId is set once the backend connected; a plain read.
+        shmem::wake_pollers(unsafe { pg_sys::MyDatabaseId });
+    }
+}
+
+/// # Safety
+/// SAFETY: registered by [`register_callbacks`]; PostgreSQL calls it with a valid event and our
+/// null arg. It raises only at PRE_PREPARE.
+#[pg_guard]
+unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut c_void) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_PRE_PREPARE if CLAIMS.with(|c| !c.borrow().is_empty()) => {
+            StreamsError::PreparedPoll.raise()
+        }
+        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT
+        | XACT_EVENT_PREPARE => end_of_transaction(),
+        _ => {}
+    }
+}
+
+/// A rolled-back savepoint took its locks along: drop its ranges. A released
+/// one hands them to its parent, as PostgreSQL does with the locks.
+///
+/// # Safety
+/// SAFETY: registered by [`register_callbacks`]; PostgreSQL calls it with valid ids and our null
+/// arg. It never raises.
+#[pg_guard]
+unsafe extern "C-unwind" fn subxact_callback(
+    event: pg_sys::SubXactEvent::Type,
+    my_subid: pg_sys::SubTransactionId,
+    parent_subid: pg_sys::SubTransactionId,
+    _arg: *mut c_void,
+) {
+    use pg_sys::SubXactEvent::*;
+    match event {
+        SUBXACT_EVENT_ABORT_SUB => {
+            CLAIMS.with(|c| c.borrow_mut().retain(|c| c.subtransaction != my_subid));
+            if let Some(slot) = shmem::my_consumer_slot() {
+                slot.clear_claims();
+            }
+            // Without allocating: publish_count sums in place.
+            let count = CLAIMS.with(|c| c.borrow().len());
+            for i in 0..count {
+                publish_count(CLAIMS.with(|c| c.borrow()[i].subscription));
+            }
+        }
+        SUBXACT_EVENT_COMMIT_SUB => CLAIMS.with(|c| {
+            for claim in c.borrow_mut().iter_mut().filter(|c| c.subtransaction == my_subid) {
+                claim.subtransaction = parent_subid;
+            }
+        }),
+        _ => {}
+    }
+}

@@ -1,0 +1,587 @@
+//! Subscriptions: durable, named consumers of a stream pattern that resume
+//! where they stopped, share work, and commit their progress in the same
+//! transaction as the work it caused (sql/subscriptions.sql has the SQL
+//! side and the contract).
+//!
+//! * `position` (in `streams.subscription_state`): every event of the
+//!   subscription at or below it is processed.
+//! * A poll claims the next final events that are neither processed nor
+//!   claimed by another open transaction (claims.rs: locks that PostgreSQL
+//!   returns when the transaction ends, however it ends). It returns ranges
+//!   of positions; `streams.poll` reads their events in its next statement,
+//!   whose snapshot sees them all.
+//! * `ack(through)` marks what this transaction claimed up to `through` as
+//!   processed, in this transaction: a rollback undoes it and returns the
+//!   claims. An ordered subscription moves its position; an unordered one
+//!   records, per chunk, how far the processed prefix reaches
+//!   (`streams.subscription_progress`), and a later poll folds finished
+//!   chunks into the position.
+//!
+//! Why no duplicate: a claim's lock is released after its transaction's
+//! commit became visible, and a poller reads the progress with a snapshot
+//! taken after it got the lock, so it sees every ack of the previous holder.
+//!
+//! The functions are not SECURITY DEFINER: they check the caller (a member
+//! of the subscription's owner, and its read privilege on every stream the
+//! pattern selects) and then read and write the tables as the extension's
+//! owner, like `publish`.
+
+mod claims;
+mod wait;
+
+use std::time::Duration;
+
+use pgrx::datum::{DatumWithOid, Interval};
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+use crate::error::{OrRaise, StreamsError};
+use crate::notify::{parse_stream_selector, StreamSelector};
+use crate::privileges;
+use claims::{Key, CHUNK_WIDTH};
+
+/// The most events one poll returns.
+const MAX_EVENTS_LIMIT: i32 = 10_000;
+
+/// The most chunks one poll of an unordered subscription locks.
+const MAX_CHUNKS_PER_POLL: usize = 16;
+
+/// A subscription as one call sees it.
+struct Subscription {
+    id: i32,
+    name: String,
+    stream: String,
+    selector: StreamSelector,
+    ordered: bool,
+    owner: pg_sys::Oid,
+}
+
+/// `streams._create_subscription(name, stream, start, ordered)`: behind
+/// `streams.create_subscription`, which validates the start arguments and
+/// turns them into a position.
+#[pg_extern(sql = false)]
+fn _create_subscription(name: Option<&str>, stream: Option<&str>, start: Option<i64>, ordered: Option<bool>) {
+    let name = name.ok_or(StreamsError::NullArgument("name")).or_raise();
+    let stream = stream.ok_or(StreamsError::NullArgument("stream")).or_raise();
+    let start = start.ok_or(StreamsError::NullArgument("after")).or_raise();
+    let ordered = ordered.ok_or(StreamsError::NullArgument("ordered")).or_raise();
+    check_subscription_name(name).or_raise();
+    parse_stream_selector(stream).or_raise();
+    if start < 0 {
+        StreamsError::InvalidArgument(format!("after must not be negative (got {start})")).raise();
+    }
+    check_read_coverage(name, stream);
+    // SAFETY: reads the backend's current user id, set once it is connected.
+    let caller = unsafe { pg_sys::GetUserId() };
+    let created = as_owner(|client| {
+        let args: [DatumWithOid; 5] =
+            [name.into(), stream.into(), ordered.into(), start.into(), caller.into()];
+        client
+            .update(
+                "INSERT INTO streams.subscription_state (name, stream, ordered, position, owner)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO NOTHING RETURNING id",
+                None,
+                &args,
+            )
+            .map(|rows| !rows.is_empty())
+    });
+    if !created {
+        StreamsError::DuplicateSubscription(name.to_owned()).raise();
+    }
+}
+
+/// `streams.drop_subscription(name)`: true if it existed.
+#[pg_extern(sql = false)]
+fn _drop_subscription(name: Option<&str>) -> bool {
+    let name = name.ok_or(StreamsError::NullArgument("name")).or_raise();
+    let Some(subscription) = find(name) else { return false };
+    check_member(&subscription);
+    as_owner(|client| {
+        client.update("DELETE FROM streams.subscription_state WHERE id = $1", None, &[subscription.id.into()])?;
+        Ok(())
+    });
+    true
+}
+
+/// `streams._seek_subscription(name, start)`: behind `streams.seek`.
+#[pg_extern(sql = false)]
+fn _seek_subscription(name: Option<&str>, start: Option<i64>) {
+    let name = name.ok_or(StreamsError::NullArgument("subscription")).or_raise();
+    let start = start.ok_or(StreamsError::NullArgument("after")).or_raise();
+    if start < 0 {
+        StreamsError::InvalidArgument(format!("after must not be negative (got {start})")).raise();
+    }
+    let subscription = open(name);
+    as_owner(|client| {
+        client.update(
+            "UPDATE streams.subscription_state SET position = $2 WHERE id = $1",
+            None,
+            &[subscription.id.into(), start.into()],
+        )?;
+        client.update("DELETE FROM streams.subscription_progress WHERE subscription = $1", None, &[subscription.id.into()])?;
+        Ok(())
+    });
+}
+
+/// `streams._poll(subscription, max_events, wait)`: claim the next events
+/// and return them as ranges: `count` events of `stream` after `after`.
+#[pg_extern(sql = false)]
+fn _poll(
+    subscription: Option<&str>,
+    max_events: Option<i32>,
+    wait: Option<Interval>,
+) -> TableIterator<'static, (name!(stream, String), name!(after, i64), name!(count, i32))> {
+    let name = subscription.ok_or(StreamsError::NullArgument("subscription")).or_raise();
+    let max_events = max_events.ok_or(StreamsError::NullArgument("max_events")).or_raise();
+    let wait = wait.ok_or(StreamsError::NullArgument("wait")).or_raise();
+    if !(1..=MAX_EVENTS_LIMIT).contains(&max_events) {
+        StreamsError::InvalidArgument(format!("max_events must be between 1 and {MAX_EVENTS_LIMIT} (got {max_events})"))
+            .raise();
+    }
+    let wait = wait_duration(&wait).or_raise();
+    let subscription = open(name);
+    check_read_coverage(&subscription.name, &subscription.stream);
+    if !subscription.ordered && isolation_is_snapshot() {
+        StreamsError::UnorderedPollNeedsReadCommitted.raise();
+    }
+    let waiter = wait::Waiter::new(wait);
+    let claimed = loop {
+        waiter.reset();
+        let claimed = as_owner(|client| {
+            let horizon = horizon_seen_by_transaction(client)?;
+            if subscription.ordered {
+                poll_ordered(client, &subscription, horizon, max_events as i64)
+            } else {
+                poll_unordered(client, &subscription, horizon, max_events as i64)
+            }
+        });
+        if !claimed.is_empty() || !waiter.sleep() {
+            break claimed;
+        }
+    };
+    let stream = subscription.stream;
+    TableIterator::new(claimed.into_iter().map(move |(after, count)| (stream.clone(), after, count as i32)))
+}
+
+/// `streams.ack(subscription, through)`: what this transaction polled up to
+/// `through` is processed.
+#[pg_extern(sql = false)]
+fn _ack(subscription: Option<&str>, through: Option<i64>) {
+    let name = subscription.ok_or(StreamsError::NullArgument("subscription")).or_raise();
+    let through = through.ok_or(StreamsError::NullArgument("through")).or_raise();
+    let subscription = open(name);
+    let claimed = claims::of(subscription.id);
+    let Some(polled_through) = claimed.iter().map(|c| c.high).max() else {
+        StreamsError::AckNotPolled { subscription: subscription.name, through, polled_through: None }.raise()
+    };
+    if through > polled_through {
+        StreamsError::AckNotPolled { subscription: subscription.name, through, polled_through: Some(polled_through) }
+            .raise();
+    }
+    as_owner(|client| {
+        if subscription.ordered {
+            client.update(
+                "UPDATE streams.subscription_state
+                 SET position = GREATEST(position, $2), last_ack_at = pg_catalog.now() WHERE id = $1",
+                None,
+                &[subscription.id.into(), through.into()],
+            )?;
+            return Ok(());
+        }
+        for claim in claimed.iter().filter(|c| c.low < through) {
+            let Key::Chunk(chunk) = claim.key else { continue };
+            let args: [DatumWithOid; 3] = [subscription.id.into(), chunk.into(), claim.high.min(through).into()];
+            client.update(
+                "INSERT INTO streams.subscription_progress AS p (subscription, chunk, done_through, acked_at)
+                 VALUES ($1, $2, $3, pg_catalog.now())
+                 ON CONFLICT (subscription, chunk) DO UPDATE
+                 SET done_through = GREATEST(p.done_through, excluded.done_through), acked_at = excluded.acked_at",
+                None,
+                &args,
+            )?;
+        }
+        Ok(())
+    });
+}
+
+/// `streams._chunk(position)`: the chunk of an unordered subscription a
+/// position falls in.
+#[pg_extern(sql = false, immutable, strict, parallel_safe)]
+fn _chunk(position: i64) -> i64 {
+    claims::chunk_of(position)
+}
+
+/// `streams._claims()`: (subscription id, pid, claimed events) of the open
+/// transactions of this database, for `streams.subscriptions`.
+#[pg_extern(sql = false)]
+fn _claims() -> TableIterator<'static, (name!(subscription, i32), name!(pid, i32), name!(claimed, i64))> {
+    crate::require_preload().or_raise();
+    // SAFETY: MyDatabaseId is set once the backend connected; a plain read.
+    TableIterator::new(crate::shmem::claims_in(unsafe { pg_sys::MyDatabaseId }))
+}
+
+/// An ordered subscription: one transaction at a time holds its token. The
+/// holder continues after what it claimed; a new holder starts at the
+/// position, read after it got the token (so it sees the last holder's ack).
+fn poll_ordered(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64, max: i64) -> SpiResult<Vec<(i64, i64)>> {
+    let (start, newly_locked) = match claims::claimed_through(sub.id, Key::Token) {
+        Some(through) => (through, false),
+        None if claims::try_lock(sub.id, Key::Token) => (read_position(client, sub.id)?, true),
+        None => return Ok(Vec::new()),
+    };
+    let positions = next_events(client, sub, start, horizon, max)?;
+    let Some(&last) = positions.last() else {
+        if newly_locked {
+            claims::unlock(sub.id, Key::Token); // claimed nothing: the next poller may go on
+        }
+        return Ok(Vec::new());
+    };
+    if newly_locked {
+        // Lock the row the ack updates (no other poller waits on it: they
+        // wait for the token). Under repeatable read this fails with 40001
+        // if the position moved since the transaction's snapshot.
+        let rows = client.update(
+            "SELECT s.position FROM streams.subscription_state s WHERE s.id = $1 FOR NO KEY UPDATE",
+            None,
+            &[sub.id.into()],
+        )?;
+        let locked = if rows.is_empty() { None } else { rows.first().get::<i64>(1)? };
+        if locked != Some(start) {
+            // A seek committed in between: start again from its position.
+            claims::unlock(sub.id, Key::Token);
+            return poll_ordered(client, sub, horizon, max);
+        }
+    }
+    let count = positions.len() as i64;
+    claims::add(sub.id, Key::Token, start, last, count);
+    Ok(vec![(start, count)])
+}
+
+/// An unordered subscription: take the lowest events of chunks no other
+/// transaction holds, at most [`MAX_CHUNKS_PER_POLL`] chunks.
+fn poll_unordered(
+    client: &mut SpiClient<'_>,
+    sub: &Subscription,
+    horizon: i64,
+    max: i64,
+) -> SpiResult<Vec<(i64, i64)>> {
+    let position = fold_finished_chunks(client, sub, horizon)?;
+    let page = (max * 2).max(100);
+    // (chunk, low, last position taken, count), in the order first taken.
+    let mut taken: Vec<(i64, i64, i64, i64)> = Vec::new();
+    let mut locked_here: Vec<i64> = Vec::new();
+    let mut total = 0;
+    let mut cursor = position;
+    'scan: loop {
+        let candidates = unprocessed_events(client, sub, cursor, horizon, page)?;
+        let exhausted = (candidates.len() as i64) < page;
+        for &event in &candidates {
+            cursor = event;
+            let chunk = claims::chunk_of(event);
+            let index = match taken.iter().position(|t| t.0 == chunk) {
+                Some(index) => index,
+                None => {
+                    let low = if let Some(through) = claims::claimed_through(sub.id, Key::Chunk(chunk)) {
+                        through
+                    } else if locked_here.len() < MAX_CHUNKS_PER_POLL && claims::try_lock(sub.id, Key::Chunk(chunk)) {
+                        locked_here.push(chunk);
+                        // Read after taking the lock: the last holder's ack.
+                        let done = chunk_done_through(client, sub.id, chunk)?;
+                        position.max(chunk * CHUNK_WIDTH - 1).max(done)
+                    } else {
+                        // Another transaction holds it (or this poll locked
+                        // enough chunks): go on after it.
+                        cursor = (chunk + 1) * CHUNK_WIDTH - 1;
+                        if locked_here.len() >= MAX_CHUNKS_PER_POLL {
+                            break 'scan;
+                        }
+                        continue 'scan;
+                    };
+                    taken.push((chunk, low, low, 0));
+                    taken.len() - 1
+                }
+            };
+            let entry = &mut taken[index];
+            if event > entry.2 {
+                entry.2 = event;
+                entry.3 += 1;
+                total += 1;
+                if total == max {
+                    break 'scan;
+                }
+            }
+        }
+        if exhausted {
+            break;
+        }
+    }
+    let mut claimed = Vec::new();
+    for (chunk, low, last, count) in taken {
+        if count == 0 {
+            if locked_here.contains(&chunk) {
+                claims::unlock(sub.id, Key::Chunk(chunk));
+            }
+            continue;
+        }
+        claims::add(sub.id, Key::Chunk(chunk), low, last, count);
+        claimed.push((low, count));
+    }
+    claimed.sort_unstable();
+    Ok(claimed)
+}
+
+/// Move the position of an unordered subscription over the events whose
+/// chunks were acked, and drop the progress rows below it; returns the
+/// position to scan from. Skipped while another transaction does it (it
+/// then holds the row until it ends).
+fn fold_finished_chunks(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64) -> SpiResult<i64> {
+    let position = read_position(client, sub.id)?;
+    let first = unprocessed_events(client, sub, position, horizon, 1)?;
+    let done_through = first.first().map_or(horizon, |&p| p - 1).max(position);
+    if claims::chunk_of(done_through + 1) <= claims::chunk_of(position + 1) {
+        return Ok(done_through);
+    }
+    let args: [DatumWithOid; 3] = [sub.id.into(), position.into(), done_through.into()];
+    client.update(
+        "WITH mine AS (
+             SELECT s.id FROM streams.subscription_state s
+             WHERE s.id = $1 AND s.position = $2 FOR NO KEY UPDATE SKIP LOCKED
+         ), folded AS (
+             DELETE FROM streams.subscription_progress p USING mine
+             WHERE p.subscription = mine.id AND p.chunk < streams._chunk($3 + 1)
+             RETURNING p.acked_at
+         )
+         UPDATE streams.subscription_state s
+         SET position = $3,
+             last_ack_at = GREATEST(s.last_ack_at, (SELECT pg_catalog.max(f.acked_at) FROM folded f))
+         FROM mine WHERE s.id = mine.id",
+        None,
+        &args,
+    )?;
+    Ok(done_through)
+}
+
+/// Up to `limit` positions of the subscription's events in `(after, upto]`.
+fn next_events(client: &mut SpiClient<'_>, sub: &Subscription, after: i64, upto: i64, limit: i64) -> SpiResult<Vec<i64>> {
+    events_query(client, sub, after, upto, limit, "")
+}
+
+/// Like [`next_events`], leaving out events an ack of the chunk processed.
+fn unprocessed_events(
+    client: &mut SpiClient<'_>,
+    sub: &Subscription,
+    after: i64,
+    upto: i64,
+    limit: i64,
+) -> SpiResult<Vec<i64>> {
+    events_query(
+        client,
+        sub,
+        after,
+        upto,
+        limit,
+        "AND NOT EXISTS (SELECT FROM streams.subscription_progress p
+                         WHERE p.subscription = $4 AND p.chunk = streams._chunk(e.position)
+                           AND p.done_through >= e.position)",
+    )
+}
+
+fn events_query(
+    client: &mut SpiClient<'_>,
+    sub: &Subscription,
+    after: i64,
+    upto: i64,
+    limit: i64,
+    extra: &str,
+) -> SpiResult<Vec<i64>> {
+    let (filter, first, second) = match &sub.selector {
+        StreamSelector::Exact(name) => ("AND e.stream = $5", Some(name.as_str()), None),
+        StreamSelector::Prefix { prefix, upper } => {
+            ("AND e.stream >= $5 AND e.stream < $6", Some(prefix.as_str()), Some(upper.as_str()))
+        }
+        StreamSelector::All => ("", None, None),
+    };
+    let sql = format!(
+        "SELECT e.position FROM streams.event_log e
+         WHERE e.position > $1 AND e.position <= $2 {filter} {extra}
+         ORDER BY e.position LIMIT $3"
+    );
+    let mut args: Vec<DatumWithOid> = vec![after.into(), upto.into(), limit.into(), sub.id.into()];
+    args.extend(first.map(DatumWithOid::from));
+    args.extend(second.map(DatumWithOid::from));
+    with_latest_snapshot(|| {
+        client.select(sql.as_str(), None, &args)?.map(|row| row.get::<i64>(1).map(|p| p.unwrap_or(0))).collect()
+    })
+}
+
+/// The position as committed now (a dropped subscription: raise).
+fn read_position(client: &mut SpiClient<'_>, id: i32) -> SpiResult<i64> {
+    let rows = with_latest_snapshot(|| {
+        client.select("SELECT s.position FROM streams.subscription_state s WHERE s.id = $1", None, &[id.into()])
+    })?;
+    if rows.is_empty() {
+        StreamsError::UnknownSubscription(format!("(id {id})")).raise();
+    }
+    Ok(rows.first().get::<i64>(1)?.unwrap_or(0))
+}
+
+fn chunk_done_through(client: &mut SpiClient<'_>, id: i32, chunk: i64) -> SpiResult<i64> {
+    with_latest_snapshot(|| {
+        let rows = client.select(
+            "SELECT p.done_through FROM streams.subscription_progress p WHERE p.subscription = $1 AND p.chunk = $2",
+            None,
+            &[id.into(), chunk.into()],
+        )?;
+        Ok(if rows.is_empty() { 0 } else { rows.first().get::<i64>(1)?.unwrap_or(0) })
+    })
+}
+
+/// The horizon as the calling transaction's next statement will see it:
+/// every event a poll returns must be visible to the read that follows it
+/// in `streams.poll` (under repeatable read, the transaction's snapshot).
+fn horizon_seen_by_transaction(client: &mut SpiClient<'_>) -> SpiResult<i64> {
+    // SAFETY: pushes a registered-by-the-stack snapshot and pops it below; an
+    // ERROR in between unwinds the snapshot stack with the (sub)transaction.
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+    let horizon = client
+        .select("SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)", None, &[])
+        .and_then(|rows| rows.first().get::<i64>(1));
+    // SAFETY: pops the snapshot pushed above.
+    unsafe { pg_sys::PopActiveSnapshot() };
+    Ok(horizon?.unwrap_or(0))
+}
+
+/// Run reads with a snapshot taken now, not the calling statement's: after
+/// taking a claim's lock, the last holder's ack must be seen. (Once the
+/// transaction has written, SPI takes a fresh snapshot per statement under
+/// read committed anyway; unordered polls refuse snapshot isolation.)
+fn with_latest_snapshot<R>(body: impl FnOnce() -> R) -> R {
+    // SAFETY: as in horizon_seen_by_transaction.
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
+    let result = body();
+    // SAFETY: pops the snapshot pushed above.
+    unsafe { pg_sys::PopActiveSnapshot() };
+    result
+}
+
+fn isolation_is_snapshot() -> bool {
+    // SAFETY: a backend-global set when the transaction starts; only read here.
+    unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 }
+}
+
+/// The subscription named `name` that the caller may use, or raise.
+fn open(name: &str) -> Subscription {
+    let subscription = find(name).unwrap_or_else(|| StreamsError::UnknownSubscription(name.to_owned()).raise());
+    check_member(&subscription);
+    subscription
+}
+
+fn find(name: &str) -> Option<Subscription> {
+    let row = as_owner(|client| {
+        let rows = with_latest_snapshot(|| {
+            client.select(
+                "SELECT s.id, s.stream, s.ordered, s.owner FROM streams.subscription_state s WHERE s.name = $1",
+                None,
+                &[name.into()],
+            )
+        })?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let row = rows.first();
+        Ok(Some((
+            row.get::<i32>(1)?.unwrap_or(0),
+            row.get::<String>(2)?.unwrap_or_default(),
+            row.get::<bool>(3)?.unwrap_or(true),
+            row.get::<pg_sys::Oid>(4)?.unwrap_or(pg_sys::InvalidOid),
+        )))
+    })?;
+    let (id, stream, ordered, owner) = row;
+    let selector = parse_stream_selector(&stream).or_raise();
+    Some(Subscription { id, name: name.to_owned(), stream, selector, ordered, owner })
+}
+
+/// 42501 unless the caller has the privileges of the subscription's owner
+/// (the role that created it; superusers always do).
+fn check_member(subscription: &Subscription) {
+    // SAFETY: a catalog lookup of role membership inside the caller's transaction.
+    let member = unsafe { pg_sys::has_privs_of_role(pg_sys::GetUserId(), subscription.owner) };
+    if !member {
+        StreamsError::NotSubscriptionOwner(subscription.name.clone()).raise();
+    }
+}
+
+/// 42501 unless the caller may read every stream `pattern` selects: a
+/// subscription that skipped what its consumer may not read would ack it
+/// unseen.
+fn check_read_coverage(subscription: &str, pattern: &str) {
+    let (all, patterns) = Spi::connect(|client| {
+        let row = client.select("SELECT streams._reads_all(), streams._read_patterns()", None, &[])?.first();
+        Ok::<_, pgrx::spi::Error>((row.get::<bool>(1)?.unwrap_or(false), row.get::<Vec<String>>(2)?.unwrap_or_default()))
+    })
+    .unwrap_or_else(|e| StreamsError::Spi { doing: "checking read privileges", error: e.to_string() }.raise());
+    if !all && !patterns.iter().any(|grant| pattern_covers(grant, pattern)) {
+        StreamsError::SubscriptionNotReadable { subscription: subscription.to_owned(), stream: pattern.to_owned() }
+            .raise();
+    }
+}
+
+/// Whether every stream `pattern` selects is selected by `grant`.
+fn pattern_covers(grant: &str, pattern: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        None => crate::notify::pattern_matches(grant, pattern),
+        Some(prefix) => grant.strip_suffix('*').is_some_and(|granted| prefix.starts_with(granted)),
+    }
+}
+
+/// Subscription names follow the stream naming rule.
+fn check_subscription_name(name: &str) -> Result<(), StreamsError> {
+    crate::notify::validate_stream_name(name).map_err(|e| match e {
+        StreamsError::InvalidStreamName { name, reason } => StreamsError::InvalidSubscriptionName { name, reason },
+        other => other,
+    })
+}
+
+fn wait_duration(wait: &Interval) -> Result<Duration, StreamsError> {
+    let days = wait.months() as i64 * 30 + wait.days() as i64;
+    let micros = days.checked_mul(86_400_000_000).and_then(|d| d.checked_add(wait.micros()));
+    match micros {
+        Some(micros) if micros >= 0 => Ok(Duration::from_micros(micros as u64)),
+        _ => Err(StreamsError::InvalidArgument("wait must not be negative".into())),
+    }
+}
+
+/// Run SPI statements as the extension's owner (the tables' owner).
+fn as_owner<R>(body: impl FnOnce(&mut SpiClient<'_>) -> SpiResult<R>) -> R {
+    privileges::as_owner(extension_owner(), || Spi::connect_mut(body))
+        .unwrap_or_else(|e| StreamsError::Spi { doing: "a subscription statement", error: e.to_string() }.raise())
+}
+
+type SpiResult<T> = Result<T, pgrx::spi::Error>;
+
+/// The role that created the extension, which owns its tables.
+fn extension_owner() -> pg_sys::Oid {
+    Spi::get_one::<pg_sys::Oid>("SELECT x.extowner FROM pg_catalog.pg_extension x WHERE x.extname = 'litebase_streams'")
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| StreamsError::MissingObject("the extension litebase_streams").raise())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pattern_covers;
+
+    #[test]
+    fn a_grant_covers_the_patterns_inside_it() {
+        assert!(pattern_covers("*", "*"));
+        assert!(pattern_covers("*", "payment.*"));
+        assert!(pattern_covers("payment.*", "payment.*"));
+        assert!(pattern_covers("payment.*", "payment.eu.*"));
+        assert!(pattern_covers("payment.*", "payment.success"));
+        assert!(pattern_covers("payment.success", "payment.success"));
+        assert!(!pattern_covers("payment.success", "payment.*"));
+        assert!(!pattern_covers("payment.eu.*", "payment.*"));
+        assert!(!pattern_covers("payment.*", "*"));
+        assert!(!pattern_covers("orders", "orders.*"));
+    }
+}
