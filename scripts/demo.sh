@@ -143,6 +143,24 @@ sql "SELECT streams.set_private('internal.*');"
 sql "SELECT streams.publish('internal.audit', '{\"secret\":\"s3cr3t\"}');"
 note "A listener gets {\"position\":…,\"stream\":\"internal.audit\",…,\"private\":true}: fetch data with streams.get."
 
+step "A durable subscription: claim events, do the work, ack in the same transaction"
+sql "SELECT streams.create_subscription('billing', 'payment.*', after => 0);"
+sql <<'SQL'
+CREATE TABLE invoices (position bigint PRIMARY KEY, order_id text);
+BEGIN;
+SELECT position, data->>'order_id' AS order_id FROM streams.poll('billing', max_events => 100);
+ROLLBACK;
+BEGIN;
+CREATE TEMP TABLE batch ON COMMIT DROP AS SELECT * FROM streams.poll('billing', max_events => 100);
+INSERT INTO invoices SELECT position, data->>'order_id' FROM batch;
+SELECT streams.ack('billing', (SELECT max(position) FROM batch));
+COMMIT;
+SELECT * FROM invoices;
+SQL
+note "The first transaction rolled back: its claims returned, and the second got the same events, wrote them and acked them together."
+sql "SELECT name, position, pending, lag_time, claimed FROM streams.subscriptions;"
+note "Long poll (works through PgBouncer): SELECT * FROM streams.poll('billing', wait => '10s') returns as soon as an event commits."
+
 step "Stored events are immutable through SQL, even for a superuser"
 sql "DELETE FROM streams.event_log;" || true
 

@@ -375,6 +375,16 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
         .batch_execute("SELECT streams.publish('orders', '{}')")
         .expect_err("the reader did not become a publisher");
     assert_eq!(sqlstate(&err), "42501", "{err}");
+
+    // The reader subscribes (new in 0.2.0); its progress survives the dump
+    // and restore below.
+    read_c.batch_execute("SELECT streams.create_subscription('audit', 'orders', after => 0)").unwrap();
+    let mut tx = read_c.transaction().unwrap();
+    let first: Vec<i64> =
+        tx.query("SELECT position FROM streams.poll('audit', 2)", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    tx.execute("SELECT streams.ack('audit', $1)", &[&first[1]]).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(first, orders[..2], "the subscription starts at the first event");
     drop(read_c);
 
     // The operator reads the status.
@@ -415,6 +425,8 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
     let restored_after = events(&mut r);
     assert_eq!(&restored_after[..final_events.len()], &final_events[..]);
     assert_eq!(restored_after.last().map(|e| e.0), Some(p), "the new event is visible in the restored database");
+    let next: i64 = r.query_one("SELECT position FROM streams.poll('audit', 1)", &[]).unwrap().get(0);
+    assert_eq!(next, orders[2], "the restored subscription continues after what was acked");
     drop(r);
 }
 

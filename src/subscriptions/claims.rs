@@ -122,8 +122,7 @@ pub fn claimed_through(subscription: i32, key: Key) -> Option<i64> {
 }
 
 fn publish_count(subscription: i32) {
-    let count =
-        CLAIMS.with(|c| c.borrow().iter().filter(|c| c.subscription == subscription).map(|c| c.count).sum());
+    let count = CLAIMS.with(|c| c.borrow().iter().filter(|c| c.subscription == subscription).map(|c| c.count).sum());
     if let Some(slot) = shmem::my_consumer_slot() {
         // SAFETY: MyDatabaseId is set once the backend connected; a plain read.
         slot.report_claims(unsafe { pg_sys::MyDatabaseId }.to_u32(), subscription, count);
@@ -170,10 +169,11 @@ fn end_of_transaction() {
 unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut c_void) {
     use pg_sys::XactEvent::*;
     match event {
-        XACT_EVENT_PRE_PREPARE if CLAIMS.with(|c| !c.borrow().is_empty()) => {
-            StreamsError::PreparedPoll.raise()
-        }
-        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT
+        XACT_EVENT_PRE_PREPARE if CLAIMS.with(|c| !c.borrow().is_empty()) => StreamsError::PreparedPoll.raise(),
+        XACT_EVENT_COMMIT
+        | XACT_EVENT_PARALLEL_COMMIT
+        | XACT_EVENT_ABORT
+        | XACT_EVENT_PARALLEL_ABORT
         | XACT_EVENT_PREPARE => end_of_transaction(),
         _ => {}
     }

@@ -74,8 +74,7 @@ fn _create_subscription(name: Option<&str>, stream: Option<&str>, start: Option<
     // SAFETY: reads the backend's current user id, set once it is connected.
     let caller = unsafe { pg_sys::GetUserId() };
     let created = as_owner(|client| {
-        let args: [DatumWithOid; 5] =
-            [name.into(), stream.into(), ordered.into(), start.into(), caller.into()];
+        let args: [DatumWithOid; 5] = [name.into(), stream.into(), ordered.into(), start.into(), caller.into()];
         client
             .update(
                 "INSERT INTO streams.subscription_state (name, stream, ordered, position, owner)
@@ -118,7 +117,11 @@ fn _seek_subscription(name: Option<&str>, start: Option<i64>) {
             None,
             &[subscription.id.into(), start.into()],
         )?;
-        client.update("DELETE FROM streams.subscription_progress WHERE subscription = $1", None, &[subscription.id.into()])?;
+        client.update(
+            "DELETE FROM streams.subscription_progress WHERE subscription = $1",
+            None,
+            &[subscription.id.into()],
+        )?;
         Ok(())
     });
 }
@@ -135,8 +138,10 @@ fn _poll(
     let max_events = max_events.ok_or(StreamsError::NullArgument("max_events")).or_raise();
     let wait = wait.ok_or(StreamsError::NullArgument("wait")).or_raise();
     if !(1..=MAX_EVENTS_LIMIT).contains(&max_events) {
-        StreamsError::InvalidArgument(format!("max_events must be between 1 and {MAX_EVENTS_LIMIT} (got {max_events})"))
-            .raise();
+        StreamsError::InvalidArgument(format!(
+            "max_events must be between 1 and {MAX_EVENTS_LIMIT} (got {max_events})"
+        ))
+        .raise();
     }
     let wait = wait_duration(&wait).or_raise();
     let subscription = open(name);
@@ -229,8 +234,8 @@ fn poll_ordered(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64, ma
         None if claims::try_lock(sub.id, Key::Token) => (read_position(client, sub.id)?, true),
         None => return Ok(Vec::new()),
     };
-    let positions = next_events(client, sub, start, horizon, max)?;
-    let Some(&last) = positions.last() else {
+    let (count, last) = next_events(client, sub, start, horizon, max)?;
+    let Some(last) = last else {
         if newly_locked {
             claims::unlock(sub.id, Key::Token); // claimed nothing: the next poller may go on
         }
@@ -252,7 +257,6 @@ fn poll_ordered(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64, ma
             return poll_ordered(client, sub, horizon, max);
         }
     }
-    let count = positions.len() as i64;
     claims::add(sub.id, Key::Token, start, last, count);
     Ok(vec![(start, count)])
 }
@@ -361,12 +365,26 @@ fn fold_finished_chunks(client: &mut SpiClient<'_>, sub: &Subscription, horizon:
     Ok(done_through)
 }
 
-/// Up to `limit` positions of the subscription's events in `(after, upto]`.
-fn next_events(client: &mut SpiClient<'_>, sub: &Subscription, after: i64, upto: i64, limit: i64) -> SpiResult<Vec<i64>> {
-    events_query(client, sub, after, upto, limit, "")
+/// How many of the subscription's events `(after, upto]` holds, at most
+/// `limit`, and the position of the last of them.
+fn next_events(
+    client: &mut SpiClient<'_>,
+    sub: &Subscription,
+    after: i64,
+    upto: i64,
+    limit: i64,
+) -> SpiResult<(i64, Option<i64>)> {
+    let (sql, args) = events_query(sub, after, upto, limit, "");
+    let sql = format!("SELECT pg_catalog.count(*), pg_catalog.max(n.position) FROM ({sql}) n");
+    with_latest_snapshot(|| {
+        let rows = client.select(sql.as_str(), None, &args)?;
+        let row = rows.first();
+        Ok((row.get::<i64>(1)?.unwrap_or(0), row.get::<i64>(2)?))
+    })
 }
 
-/// Like [`next_events`], leaving out events an ack of the chunk processed.
+/// Up to `limit` positions of the subscription's events in `(after, upto]`
+/// that no ack of their chunk processed.
 fn unprocessed_events(
     client: &mut SpiClient<'_>,
     sub: &Subscription,
@@ -374,8 +392,7 @@ fn unprocessed_events(
     upto: i64,
     limit: i64,
 ) -> SpiResult<Vec<i64>> {
-    events_query(
-        client,
+    let (sql, args) = events_query(
         sub,
         after,
         upto,
@@ -383,17 +400,21 @@ fn unprocessed_events(
         "AND NOT EXISTS (SELECT FROM streams.subscription_progress p
                          WHERE p.subscription = $4 AND p.chunk = streams._chunk(e.position)
                            AND p.done_through >= e.position)",
-    )
+    );
+    with_latest_snapshot(|| {
+        client.select(sql.as_str(), None, &args)?.map(|row| row.get::<i64>(1).map(|p| p.unwrap_or(0))).collect()
+    })
 }
 
-fn events_query(
-    client: &mut SpiClient<'_>,
-    sub: &Subscription,
+/// The positions of the subscription's events in `(after, upto]`, at most
+/// `limit`, in order (`extra`: more conditions on `e`), and its arguments.
+fn events_query<'a>(
+    sub: &'a Subscription,
     after: i64,
     upto: i64,
     limit: i64,
     extra: &str,
-) -> SpiResult<Vec<i64>> {
+) -> (String, Vec<DatumWithOid<'a>>) {
     let (filter, first, second) = match &sub.selector {
         StreamSelector::Exact(name) => ("AND e.stream = $5", Some(name.as_str()), None),
         StreamSelector::Prefix { prefix, upper } => {
@@ -409,9 +430,7 @@ fn events_query(
     let mut args: Vec<DatumWithOid> = vec![after.into(), upto.into(), limit.into(), sub.id.into()];
     args.extend(first.map(DatumWithOid::from));
     args.extend(second.map(DatumWithOid::from));
-    with_latest_snapshot(|| {
-        client.select(sql.as_str(), None, &args)?.map(|row| row.get::<i64>(1).map(|p| p.unwrap_or(0))).collect()
-    })
+    (sql, args)
 }
 
 /// The position as committed now (a dropped subscription: raise).
@@ -517,7 +536,10 @@ fn check_member(subscription: &Subscription) {
 fn check_read_coverage(subscription: &str, pattern: &str) {
     let (all, patterns) = Spi::connect(|client| {
         let row = client.select("SELECT streams._reads_all(), streams._read_patterns()", None, &[])?.first();
-        Ok::<_, pgrx::spi::Error>((row.get::<bool>(1)?.unwrap_or(false), row.get::<Vec<String>>(2)?.unwrap_or_default()))
+        Ok::<_, pgrx::spi::Error>((
+            row.get::<bool>(1)?.unwrap_or(false),
+            row.get::<Vec<String>>(2)?.unwrap_or_default(),
+        ))
     })
     .unwrap_or_else(|e| StreamsError::Spi { doing: "checking read privileges", error: e.to_string() }.raise());
     if !all && !patterns.iter().any(|grant| pattern_covers(grant, pattern)) {
