@@ -29,7 +29,7 @@ SCRIPTS := $(CURDIR)/scripts
 # Prerequisites (setup -> install -> start) must run in order.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help setup install start stop restart status psql demo test bench clean-cluster
+.PHONY: help setup install start stop restart status psql pgbouncer pgbouncer-stop demo test bench clean-cluster
 
 help:
 	@echo "litebase_streams: make targets"
@@ -40,6 +40,9 @@ help:
 	@echo "  restart        stop + start"
 	@echo "  status         show whether the dev cluster is running"
 	@echo "  psql           start if needed, CREATE EXTENSION IF NOT EXISTS, open psql (PSQL_ARGS=...)"
+	@echo "  pgbouncer      start if needed, then pgbouncer (transaction pooling) in front of the dev cluster;"
+	@echo "                 prints its connection string (PGBOUNCER_PORT=..., default PGPORT + 10000)"
+	@echo "  pgbouncer-stop stop that pgbouncer"
 	@echo "  demo           setup + install + start, then run scripts/demo.sh"
 	@echo "  test           setup + install + start, then pgrx tests and integration tests"
 	@echo "  bench          benchmarks side by side, report in docs/benchmarks.md (QUICK=1: smoke run, LARGE=1: + growth to 50M events)"
@@ -76,6 +79,17 @@ status:
 psql:
 	@echo "==> psql"
 	@bash $(SCRIPTS)/cluster.sh psql $(PSQL_ARGS)
+
+# PgBouncer (transaction pooling) in front of the dev cluster; settings in
+# scripts/pgbouncer.sh (PGBOUNCER_PORT, PGBOUNCER_DIR). The integration tests
+# start their own from the same configuration.
+pgbouncer: start
+	@echo "==> pgbouncer"
+	@bash $(SCRIPTS)/pgbouncer.sh start
+
+pgbouncer-stop:
+	@echo "==> pgbouncer-stop"
+	@bash $(SCRIPTS)/pgbouncer.sh stop
 
 demo: setup install start
 	@echo "==> demo"

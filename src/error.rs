@@ -57,8 +57,9 @@ pub enum StreamsError {
     SubscriptionNotReadable { subscription: String, stream: String },
     /// `ack` of positions this transaction did not poll.
     AckNotPolled { subscription: String, through: i64, polled_through: Option<i64> },
-    /// A poll of an unordered subscription under repeatable read or serializable.
-    UnorderedPollNeedsReadCommitted,
+    /// A poll of an unordered subscription, or a long poll, under repeatable
+    /// read or serializable.
+    PollNeedsReadCommitted { long_poll: bool },
     /// A transaction that holds claims tried to PREPARE.
     PreparedPoll,
 }
@@ -112,9 +113,12 @@ impl fmt::Display for StreamsError {
                 f,
                 "streams.ack: position {through} is beyond what this transaction polled from subscription \"{subscription}\" (through {polled})"
             ),
-            StreamsError::UnorderedPollNeedsReadCommitted => f.write_str(
-                "streams.poll of an unordered subscription needs READ COMMITTED isolation",
-            ),
+            StreamsError::PollNeedsReadCommitted { long_poll: false } => {
+                f.write_str("streams.poll of an unordered subscription needs READ COMMITTED isolation")
+            }
+            StreamsError::PollNeedsReadCommitted { long_poll: true } => {
+                f.write_str("streams.poll with a wait needs READ COMMITTED isolation")
+            }
             StreamsError::PreparedPoll => {
                 f.write_str("cannot PREPARE a transaction that holds claims of a litebase_streams subscription")
             }
@@ -149,7 +153,7 @@ impl StreamsError {
             StreamsError::NotSubscriptionOwner(_) | StreamsError::SubscriptionNotReadable { .. } => {
                 PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE
             }
-            StreamsError::UnorderedPollNeedsReadCommitted | StreamsError::PreparedPoll => {
+            StreamsError::PollNeedsReadCommitted { .. } | StreamsError::PreparedPoll => {
                 PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED
             }
             StreamsError::CommitTimesLost { .. } => PgSqlErrorCode::ERRCODE_WARNING,
@@ -213,8 +217,10 @@ impl StreamsError {
             StreamsError::AckNotPolled { .. } => Some(
                 "Ack, in the transaction that polled them, at most the last position streams.poll returned.".into(),
             ),
-            StreamsError::UnorderedPollNeedsReadCommitted => Some(
-                "Poll it in a READ COMMITTED transaction (the default), or use an ordered subscription.".into(),
+            StreamsError::PollNeedsReadCommitted { .. } => Some(
+                "Poll in a READ COMMITTED transaction (the default isolation level): a snapshot taken at the \
+                 transaction's start never shows later events, nor other consumers' acks."
+                    .into(),
             ),
             StreamsError::PreparedPoll => Some(
                 "Poll and ack in a transaction that commits directly; two-phase commit is not supported.".into(),

@@ -9,12 +9,16 @@
 //! release a subscription's claims; `pg_locks` shows them as advisory locks
 //! with `objsubid` 19522 (token) or 19523 (chunk).
 //!
-//! * An ordered subscription has one lock, its token: one transaction at a
-//!   time polls it.
+//! * Every subscription has a token. An ordered subscription's pollers take
+//!   it exclusively: one transaction at a time polls it. An unordered one's
+//!   take it shared. `seek` and `drop_subscription` take it exclusively and
+//!   so wait for every transaction holding claims, and keep new ones out
+//!   until they commit: an ack cannot land on a rewound subscription.
 //! * An unordered subscription is split into chunks of [`CHUNK_WIDTH`]
 //!   positions, one lock each: concurrent pollers take different chunks,
 //!   and within a chunk the processed events are always a prefix (a claim
-//!   starts where the last ack of the chunk ended).
+//!   starts where the last ack of the chunk ended). Consumers therefore work
+//!   in parallel when the pending events span several chunks.
 //!
 //! What the transaction claimed (the position ranges) is kept here, in
 //! backend memory, per subtransaction: a rolled-back savepoint drops the
@@ -83,23 +87,55 @@ fn tag(subscription: i32, key: Key) -> pg_sys::LOCKTAG {
     }
 }
 
-/// Take the lock for `key` unless another transaction holds it; true when
-/// this transaction holds it now. Never waits.
-pub fn try_lock(subscription: i32, key: Key) -> bool {
+/// How a transaction holds a subscription's token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Polling an unordered subscription: many transactions at once.
+    Shared,
+    /// Polling an ordered subscription, or changing it (seek, drop): one
+    /// transaction, and none of the others.
+    Exclusive,
+}
+
+impl Hold {
+    fn mode(self) -> pg_sys::LOCKMODE {
+        (match self {
+            Hold::Shared => pg_sys::ShareLock,
+            Hold::Exclusive => pg_sys::ExclusiveLock,
+        }) as pg_sys::LOCKMODE
+    }
+}
+
+/// Take the lock for `key` unless another transaction holds it in a
+/// conflicting mode; true when this transaction holds it now. Never waits.
+/// Chunks are always taken exclusively.
+pub fn try_lock(subscription: i32, key: Key, hold: Hold) -> bool {
     register_callbacks();
     let tag = tag(subscription, key);
     // SAFETY: a transaction-scoped lock on a tag of our own; LockAcquire raises
     // (out of shared memory) through pgrx's FFI guard, as a Rust panic.
-    let result = unsafe { pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as i32, false, true) };
+    let result = unsafe { pg_sys::LockAcquire(&tag, hold.mode(), false, true) };
     result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
 }
 
+/// Take the token exclusively, waiting for every transaction that holds
+/// claims of the subscription to end (and keeping new ones out until this
+/// transaction ends). The wait obeys lock_timeout, statement_timeout,
+/// cancel and deadlock detection, like any lock wait.
+pub fn lock_exclusively(subscription: i32) {
+    register_callbacks();
+    let tag = tag(subscription, Key::Token);
+    // SAFETY: as in try_lock; a waiting LockAcquire raises on interrupts
+    // through pgrx's FFI guard.
+    unsafe { pg_sys::LockAcquire(&tag, Hold::Exclusive.mode(), false, false) };
+}
+
 /// Give back a lock this transaction took but claimed nothing under.
-pub fn unlock(subscription: i32, key: Key) {
+pub fn unlock(subscription: i32, key: Key, hold: Hold) {
     let tag = tag(subscription, key);
     // SAFETY: releases a transaction-scoped lock this backend holds (try_lock
     // succeeded); LockRelease only warns when it is not held.
-    unsafe { pg_sys::LockRelease(&tag, pg_sys::ExclusiveLock as i32, false) };
+    unsafe { pg_sys::LockRelease(&tag, hold.mode(), false) };
 }
 
 /// Record what a poll claimed under a lock this transaction holds.
@@ -129,7 +165,7 @@ fn publish_count(subscription: i32) {
     }
 }
 
-fn register_callbacks() {
+pub fn register_callbacks() {
     if !CALLBACKS_REGISTERED.with(|r| r.replace(true)) {
         // SAFETY: registers plain functions for the rest of this backend's
         // life; they touch backend memory and atomics only, and raise only at
@@ -153,8 +189,13 @@ fn end_of_transaction() {
         claims.clear();
         held
     });
+    let slot = shmem::my_consumer_slot();
+    if let Some(slot) = slot {
+        // A long poll ended by FATAL (terminate) never dropped its Waiter.
+        slot.wait_in(0);
+    }
     if held {
-        if let Some(slot) = shmem::my_consumer_slot() {
+        if let Some(slot) = slot {
             slot.clear_claims();
         }
         // SAFETY: MyDatabaseId is set once the backend connected; a plain read.

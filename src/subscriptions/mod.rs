@@ -38,7 +38,7 @@ use pgrx::spi::SpiClient;
 use crate::error::{OrRaise, StreamsError};
 use crate::notify::{parse_stream_selector, StreamSelector};
 use crate::privileges;
-use claims::{Key, CHUNK_WIDTH};
+use claims::{Hold, Key, CHUNK_WIDTH};
 
 /// The most events one poll returns.
 const MAX_EVENTS_LIMIT: i32 = 10_000;
@@ -95,6 +95,7 @@ fn _drop_subscription(name: Option<&str>) -> bool {
     let name = name.ok_or(StreamsError::NullArgument("name")).or_raise();
     let Some(subscription) = find(name) else { return false };
     check_member(&subscription);
+    claims::lock_exclusively(subscription.id);
     as_owner(|client| {
         client.update("DELETE FROM streams.subscription_state WHERE id = $1", None, &[subscription.id.into()])?;
         Ok(())
@@ -111,6 +112,7 @@ fn _seek_subscription(name: Option<&str>, start: Option<i64>) {
         StreamsError::InvalidArgument(format!("after must not be negative (got {start})")).raise();
     }
     let subscription = open(name);
+    claims::lock_exclusively(subscription.id);
     as_owner(|client| {
         client.update(
             "UPDATE streams.subscription_state SET position = $2 WHERE id = $1",
@@ -146,8 +148,10 @@ fn _poll(
     let wait = wait_duration(&wait).or_raise();
     let subscription = open(name);
     check_read_coverage(&subscription.name, &subscription.stream);
-    if !subscription.ordered && isolation_is_snapshot() {
-        StreamsError::UnorderedPollNeedsReadCommitted.raise();
+    if isolation_is_snapshot() && (!subscription.ordered || !wait.is_zero()) {
+        // An unordered poll could not see another consumer's ack, and a long
+        // poll would never see a new event.
+        StreamsError::PollNeedsReadCommitted { long_poll: subscription.ordered }.raise();
     }
     let waiter = wait::Waiter::new(wait);
     let claimed = loop {
@@ -217,12 +221,30 @@ fn _chunk(position: i64) -> i64 {
 }
 
 /// `streams._claims()`: (subscription id, pid, claimed events) of the open
-/// transactions of this database, for `streams.subscriptions`.
+/// transactions of this database, for `streams.subscriptions`: only for
+/// subscriptions whose owner the caller has the privileges of.
 #[pg_extern(sql = false)]
 fn _claims() -> TableIterator<'static, (name!(subscription, i32), name!(pid, i32), name!(claimed, i64))> {
     crate::require_preload().or_raise();
     // SAFETY: MyDatabaseId is set once the backend connected; a plain read.
-    TableIterator::new(crate::shmem::claims_in(unsafe { pg_sys::MyDatabaseId }))
+    let mut claims = crate::shmem::claims_in(unsafe { pg_sys::MyDatabaseId });
+    if !claims.is_empty() {
+        let owners: Vec<(i32, pg_sys::Oid)> = as_owner(|client| {
+            client
+                .select("SELECT s.id, s.owner::oid FROM streams.subscription_state s", None, &[])?
+                .map(|row| Ok((row.get::<i32>(1)?.unwrap_or(0), row.get::<pg_sys::Oid>(2)?.unwrap_or_default())))
+                .collect()
+        });
+        // SAFETY: reads the backend's current user id, set once it is connected.
+        let user = unsafe { pg_sys::GetUserId() };
+        claims.retain(|(id, _, _)| {
+            owners.iter().any(|(sub, owner)| {
+                // SAFETY: a catalog lookup of role membership inside the caller's transaction.
+                sub == id && unsafe { pg_sys::has_privs_of_role(user, *owner) }
+            })
+        });
+    }
+    TableIterator::new(claims)
 }
 
 /// An ordered subscription: one transaction at a time holds its token. The
@@ -231,13 +253,13 @@ fn _claims() -> TableIterator<'static, (name!(subscription, i32), name!(pid, i32
 fn poll_ordered(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64, max: i64) -> SpiResult<Vec<(i64, i64)>> {
     let (start, newly_locked) = match claims::claimed_through(sub.id, Key::Token) {
         Some(through) => (through, false),
-        None if claims::try_lock(sub.id, Key::Token) => (read_position(client, sub.id)?, true),
+        None if claims::try_lock(sub.id, Key::Token, Hold::Exclusive) => (read_position(client, sub.id)?, true),
         None => return Ok(Vec::new()),
     };
     let (count, last) = next_events(client, sub, start, horizon, max)?;
     let Some(last) = last else {
         if newly_locked {
-            claims::unlock(sub.id, Key::Token); // claimed nothing: the next poller may go on
+            claims::unlock(sub.id, Key::Token, Hold::Exclusive); // claimed nothing: the next poller may go on
         }
         return Ok(Vec::new());
     };
@@ -253,7 +275,7 @@ fn poll_ordered(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64, ma
         let locked = if rows.is_empty() { None } else { rows.first().get::<i64>(1)? };
         if locked != Some(start) {
             // A seek committed in between: start again from its position.
-            claims::unlock(sub.id, Key::Token);
+            claims::unlock(sub.id, Key::Token, Hold::Exclusive);
             return poll_ordered(client, sub, horizon, max);
         }
     }
@@ -269,6 +291,18 @@ fn poll_unordered(
     horizon: i64,
     max: i64,
 ) -> SpiResult<Vec<(i64, i64)>> {
+    // Shared: other pollers go on; a seek or drop in progress keeps us out.
+    if !claims::try_lock(sub.id, Key::Token, Hold::Shared) {
+        return Ok(Vec::new());
+    }
+    let claimed = poll_chunks(client, sub, horizon, max)?;
+    if claimed.is_empty() {
+        claims::unlock(sub.id, Key::Token, Hold::Shared);
+    }
+    Ok(claimed)
+}
+
+fn poll_chunks(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64, max: i64) -> SpiResult<Vec<(i64, i64)>> {
     let position = fold_finished_chunks(client, sub, horizon)?;
     let page = (max * 2).max(100);
     // (chunk, low, last position taken, count), in the order first taken.
@@ -287,7 +321,9 @@ fn poll_unordered(
                 None => {
                     let low = if let Some(through) = claims::claimed_through(sub.id, Key::Chunk(chunk)) {
                         through
-                    } else if locked_here.len() < MAX_CHUNKS_PER_POLL && claims::try_lock(sub.id, Key::Chunk(chunk)) {
+                    } else if locked_here.len() < MAX_CHUNKS_PER_POLL
+                        && claims::try_lock(sub.id, Key::Chunk(chunk), Hold::Exclusive)
+                    {
                         locked_here.push(chunk);
                         // Read after taking the lock: the last holder's ack.
                         let done = chunk_done_through(client, sub.id, chunk)?;
@@ -323,7 +359,7 @@ fn poll_unordered(
     for (chunk, low, last, count) in taken {
         if count == 0 {
             if locked_here.contains(&chunk) {
-                claims::unlock(sub.id, Key::Chunk(chunk));
+                claims::unlock(sub.id, Key::Chunk(chunk), Hold::Exclusive);
             }
             continue;
         }

@@ -11,8 +11,9 @@ use pgrx::prelude::*;
 use crate::shmem::{self, ConsumerSlot};
 
 /// The longest single sleep: a safety net against a lost wake-up (the
-/// worker restarting, say), not the way events are found.
-const MAX_SLEEP: Duration = Duration::from_secs(1);
+/// worker restarting, say), not the way events are found. Long enough that
+/// a test of the wake-up cannot pass on it.
+const MAX_SLEEP: Duration = Duration::from_secs(10);
 
 /// Registered as waiting for this database's horizon while alive; a poll
 /// that ends, returns or raises (the error unwinds through it) stops
@@ -24,6 +25,7 @@ pub struct Waiter {
 
 impl Waiter {
     pub fn new(wait: Duration) -> Waiter {
+        super::claims::register_callbacks(); // also stops the wait at transaction end
         let slot = shmem::my_consumer_slot();
         if let Some(slot) = slot.filter(|_| !wait.is_zero()) {
             // SAFETY: MyDatabaseId is set once the backend connected; a plain read.

@@ -9,6 +9,8 @@
 //! current one).
 #![allow(dead_code)]
 
+pub mod pgbouncer;
+
 use std::process::Command;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -32,7 +34,8 @@ pub fn admin() -> Client {
     connect_retrying(&base_config())
 }
 
-fn connect_retrying(config: &Config) -> Client {
+/// A client for `config`, retrying for 30 s (the server may be restarting).
+pub fn connect_retrying(config: &Config) -> Client {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match config.connect(NoTls) {
@@ -352,6 +355,13 @@ impl ScratchCluster {
             .status()
             .expect("pg_ctl runs");
         assert!(ok.success(), "pg_ctl {args:?} on {}", self.dir.display());
+    }
+
+    /// Stop it (`-m mode`: smart, fast or immediate) and start it again.
+    pub fn restart(&self, mode: &str) {
+        self.pg_ctl(&["-m", mode, "stop"]);
+        let log = self.dir.join("server.log");
+        self.pg_ctl(&["-l", log.to_str().unwrap(), "start"]);
     }
 
     pub fn config(&self, db: &str) -> Config {
