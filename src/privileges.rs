@@ -1,5 +1,5 @@
 //! Per-stream privileges, as the Rust side sees them: who may publish to a
-//! stream, running the publish INSERT as the extension's owner, and the
+//! stream, who may read a whole pattern (subscriptions), running the publish INSERT as the extension's owner, and the
 //! pattern test and its planner support used by the log's row-level security.
 //!
 //! The grants live in `streams.stream_grants` (sql/streams.sql). Reading is
@@ -30,9 +30,19 @@ use crate::shmem;
 /// Cached answers hold at most this many (role, stream) pairs.
 const CACHE_CAPACITY: usize = 1024;
 
+/// What a cached answer is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Question {
+    /// May publish to this stream.
+    Publish,
+    /// May read every stream this pattern selects.
+    ReadAll,
+}
+
 thread_local! {
-    /// (user, position sequence: which log, stream) → may publish.
-    static CACHE: RefCell<HashMap<(u32, u32, String), bool>> = RefCell::new(HashMap::new());
+    /// (user, which log: its position sequence or the extension, question,
+    /// stream or pattern) → the answer.
+    static CACHE: RefCell<HashMap<(u32, u32, Question, String), bool>> = RefCell::new(HashMap::new());
     static CACHE_GENERATION: Cell<u64> = const { Cell::new(0) };
     static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
     static CHANGED_IN_THIS_XACT: Cell<bool> = const { Cell::new(false) };
@@ -42,24 +52,37 @@ thread_local! {
 /// Raise 42501 unless the current user may publish to `stream` of the log
 /// whose position sequence is `log`.
 pub fn check_publish(stream: &str, log: pg_sys::Oid) {
-    // SAFETY: a syscache lookup of the current user inside the publishing transaction; pgrx's FFI
+    let allowed = cached_answer(log, Question::Publish, stream, || ask_may_publish(stream));
+    deny_unless(allowed, stream)
+}
+
+/// Whether the current user may read every stream `pattern` selects (a
+/// name, `prefix.*` or `*`) in the extension `extension`: a superuser, the
+/// owner, or a read grant that covers the whole pattern.
+pub fn may_read_all(pattern: &str, extension: pg_sys::Oid) -> bool {
+    cached_answer(extension, Question::ReadAll, pattern, || ask_may_read_all(pattern))
+}
+
+/// The answer for the current user, from the cache or from `ask`.
+fn cached_answer(log: pg_sys::Oid, question: Question, stream: &str, ask: impl FnOnce() -> bool) -> bool {
+    // SAFETY: a syscache lookup of the current user inside the caller's transaction; pgrx's FFI
     // guard turns an ERROR into a Rust panic.
     if unsafe { pg_sys::superuser() } {
-        return;
+        return true;
     }
     // SAFETY: reads the backend's current user id, set once it is connected.
     let user = unsafe { pg_sys::GetUserId() }.to_u32();
     refresh_cache();
-    let key = (user, log.to_u32(), stream.to_owned());
+    let key = (user, log.to_u32(), question, stream.to_owned());
     if let Some(allowed) = CACHE.with(|c| c.borrow().get(&key).copied()) {
-        return deny_unless(allowed, stream);
+        return allowed;
     }
-    let allowed = ask_may_publish(stream);
+    let allowed = ask();
     // A transaction-snapshot answer may predate a revoke that committed
     // since: use it, but keep only answers read with a fresh snapshot.
     // SAFETY: a backend-global set when the transaction starts; only read here.
     if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
-        return deny_unless(allowed, stream);
+        return allowed;
     }
     CACHE.with(|c| {
         let mut cache = c.borrow_mut();
@@ -68,7 +91,7 @@ pub fn check_publish(stream: &str, log: pg_sys::Oid) {
         }
         cache.insert(key, allowed);
     });
-    deny_unless(allowed, stream)
+    allowed
 }
 
 fn deny_unless(allowed: bool, stream: &str) {
@@ -120,6 +143,28 @@ fn ask_may_publish(stream: &str) -> bool {
 
 static MAY_PUBLISH: KeptPlan<1> =
     KeptPlan { sql: c"SELECT streams._may_publish($1)", types: [pg_sys::TEXTOID], plan: MAY_PUBLISH_PLAN };
+
+/// `streams._reads_all()` and `streams._read_patterns()` as the current user.
+fn ask_may_read_all(pattern: &str) -> bool {
+    let answer = Spi::connect(|client| {
+        let row = client.select("SELECT streams._reads_all(), streams._read_patterns()", None, &[])?.first();
+        Ok::<_, pgrx::spi::Error>((
+            row.get::<bool>(1)?.unwrap_or(false),
+            row.get::<Vec<String>>(2)?.unwrap_or_default(),
+        ))
+    });
+    let (all, grants) = answer
+        .unwrap_or_else(|e| StreamsError::Spi { doing: "checking read privileges", error: e.to_string() }.raise());
+    all || grants.iter().any(|grant| pattern_covers(grant, pattern))
+}
+
+/// Whether every stream `pattern` selects is selected by `grant`.
+fn pattern_covers(grant: &str, pattern: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        None => crate::notify::pattern_matches(grant, pattern),
+        Some(prefix) => grant.strip_suffix('*').is_some_and(|granted| prefix.starts_with(granted)),
+    }
+}
 
 /// Run `body` as `owner` (the extension's owner), the way a SECURITY DEFINER
 /// function would. A (sub)transaction abort restores the caller's identity
@@ -185,4 +230,23 @@ crate::pg_decls::function_info_v1!(pg_finfo_litebase_streams_matches_support);
 #[pg_extern(immutable, strict, parallel_safe)]
 pub(crate) fn _stream_matches(stream: &str, patterns: pgrx::Array<&str>) -> bool {
     patterns.iter().flatten().any(|pattern| crate::notify::pattern_matches(pattern, stream))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pattern_covers;
+
+    #[test]
+    fn a_grant_covers_the_patterns_inside_it() {
+        assert!(pattern_covers("*", "*"));
+        assert!(pattern_covers("*", "payment.*"));
+        assert!(pattern_covers("payment.*", "payment.*"));
+        assert!(pattern_covers("payment.*", "payment.eu.*"));
+        assert!(pattern_covers("payment.*", "payment.success"));
+        assert!(pattern_covers("payment.success", "payment.success"));
+        assert!(!pattern_covers("payment.success", "payment.*"));
+        assert!(!pattern_covers("payment.eu.*", "payment.*"));
+        assert!(!pattern_covers("payment.*", "*"));
+        assert!(!pattern_covers("orders", "orders.*"));
+    }
 }

@@ -326,8 +326,7 @@ fn poll_chunks(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64, max
                     {
                         locked_here.push(chunk);
                         // Read after taking the lock: the last holder's ack.
-                        let done = chunk_done_through(client, sub.id, chunk)?;
-                        position.max(chunk * CHUNK_WIDTH - 1).max(done)
+                        processed_through(client, sub.id, chunk)?.max(chunk * CHUNK_WIDTH - 1)
                     } else {
                         // Another transaction holds it (or this poll locked
                         // enough chunks): go on after it.
@@ -480,14 +479,22 @@ fn read_position(client: &mut SpiClient<'_>, id: i32) -> SpiResult<i64> {
     Ok(rows.first().get::<i64>(1)?.unwrap_or(0))
 }
 
-fn chunk_done_through(client: &mut SpiClient<'_>, id: i32, chunk: i64) -> SpiResult<i64> {
+/// How far the chunk's events are processed: its progress row, or the
+/// position. Both from one snapshot: a concurrent fold moves the position
+/// over the chunk and deletes its row in one transaction.
+fn processed_through(client: &mut SpiClient<'_>, id: i32, chunk: i64) -> SpiResult<i64> {
     with_latest_snapshot(|| {
         let rows = client.select(
-            "SELECT p.done_through FROM streams.subscription_progress p WHERE p.subscription = $1 AND p.chunk = $2",
+            "SELECT GREATEST(s.position, (SELECT p.done_through FROM streams.subscription_progress p
+                                          WHERE p.subscription = s.id AND p.chunk = $2))
+             FROM streams.subscription_state s WHERE s.id = $1",
             None,
             &[id.into(), chunk.into()],
         )?;
-        Ok(if rows.is_empty() { 0 } else { rows.first().get::<i64>(1)?.unwrap_or(0) })
+        if rows.is_empty() {
+            StreamsError::UnknownSubscription(format!("(id {id})")).raise();
+        }
+        Ok(rows.first().get::<i64>(1)?.unwrap_or(0))
     })
 }
 
@@ -570,25 +577,9 @@ fn check_member(subscription: &Subscription) {
 /// subscription that skipped what its consumer may not read would ack it
 /// unseen.
 fn check_read_coverage(subscription: &str, pattern: &str) {
-    let (all, patterns) = Spi::connect(|client| {
-        let row = client.select("SELECT streams._reads_all(), streams._read_patterns()", None, &[])?.first();
-        Ok::<_, pgrx::spi::Error>((
-            row.get::<bool>(1)?.unwrap_or(false),
-            row.get::<Vec<String>>(2)?.unwrap_or_default(),
-        ))
-    })
-    .unwrap_or_else(|e| StreamsError::Spi { doing: "checking read privileges", error: e.to_string() }.raise());
-    if !all && !patterns.iter().any(|grant| pattern_covers(grant, pattern)) {
+    if !privileges::may_read_all(pattern, extension_oid()) {
         StreamsError::SubscriptionNotReadable { subscription: subscription.to_owned(), stream: pattern.to_owned() }
             .raise();
-    }
-}
-
-/// Whether every stream `pattern` selects is selected by `grant`.
-fn pattern_covers(grant: &str, pattern: &str) -> bool {
-    match pattern.strip_suffix('*') {
-        None => crate::notify::pattern_matches(grant, pattern),
-        Some(prefix) => grant.strip_suffix('*').is_some_and(|granted| prefix.starts_with(granted)),
     }
 }
 
@@ -617,29 +608,35 @@ fn as_owner<R>(body: impl FnOnce(&mut SpiClient<'_>) -> SpiResult<R>) -> R {
 
 type SpiResult<T> = Result<T, pgrx::spi::Error>;
 
-/// The role that created the extension, which owns its tables.
-fn extension_owner() -> pg_sys::Oid {
-    Spi::get_one::<pg_sys::Oid>("SELECT x.extowner FROM pg_catalog.pg_extension x WHERE x.extname = 'litebase_streams'")
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| StreamsError::MissingObject("the extension litebase_streams").raise())
+thread_local! {
+    /// (local transaction id, extension, its owner) of the last lookup.
+    static EXTENSION: std::cell::Cell<(u32, pg_sys::Oid, pg_sys::Oid)> =
+        const { std::cell::Cell::new((0, pg_sys::InvalidOid, pg_sys::InvalidOid)) };
 }
 
-#[cfg(test)]
-mod tests {
-    use super::pattern_covers;
+fn extension_oid() -> pg_sys::Oid {
+    extension().0
+}
 
-    #[test]
-    fn a_grant_covers_the_patterns_inside_it() {
-        assert!(pattern_covers("*", "*"));
-        assert!(pattern_covers("*", "payment.*"));
-        assert!(pattern_covers("payment.*", "payment.*"));
-        assert!(pattern_covers("payment.*", "payment.eu.*"));
-        assert!(pattern_covers("payment.*", "payment.success"));
-        assert!(pattern_covers("payment.success", "payment.success"));
-        assert!(!pattern_covers("payment.success", "payment.*"));
-        assert!(!pattern_covers("payment.eu.*", "payment.*"));
-        assert!(!pattern_covers("payment.*", "*"));
-        assert!(!pattern_covers("orders", "orders.*"));
+/// The role that created the extension, which owns its tables.
+fn extension_owner() -> pg_sys::Oid {
+    extension().1
+}
+
+/// The extension and its owner, looked up once per transaction.
+fn extension() -> (pg_sys::Oid, pg_sys::Oid) {
+    // SAFETY: MyProc is this backend's PGPROC; lxid is its current local transaction id.
+    let lxid = unsafe { (*pg_sys::MyProc).lxid };
+    let (cached_for, oid, owner) = EXTENSION.with(|e| e.get());
+    if cached_for == lxid && oid != pg_sys::InvalidOid {
+        return (oid, owner);
     }
+    let row = Spi::get_two::<pg_sys::Oid, pg_sys::Oid>(
+        "SELECT x.oid, x.extowner FROM pg_catalog.pg_extension x WHERE x.extname = 'litebase_streams'",
+    );
+    let Ok((Some(oid), Some(owner))) = row else {
+        StreamsError::MissingObject("the extension litebase_streams").raise()
+    };
+    EXTENSION.with(|e| e.set((lxid, oid, owner)));
+    (oid, owner)
 }
