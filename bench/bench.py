@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmarks of litebase_streams against the plain-PostgreSQL anchors.
 
-    make bench            full run (about 7 minutes): docs/benchmarks.md, docs/bench-*.png
+    make bench            full run (about 9 minutes): docs/benchmarks.md, docs/bench-*.png
     make bench QUICK=1    smoke run (under a minute): target/bench-quick/benchmarks.md
 
 The Makefile runs `setup install start` first (a release build of the extension
@@ -23,6 +23,9 @@ rotating order (A B C, B C A, C A B), and reports medians:
   3. replay throughput over N events (1M): streams.replay(), the streams.events
      view and a raw ordered scan of a plain copy of the same rows.
   4. storage: bytes per event, streams tables vs bench_plain with the same rows.
+  6. subscriptions (bench/consume.py): consume throughput of an ordered
+     subscription vs replay() pages with an own cursor table vs PgQ 3, competing
+     consumers on an unordered subscription, long-poll wake-up latency.
 
 Exit status: non-zero when the harness breaks (a command or query fails, the
 worker does not deliver in time); a missed target is reported, not an error.
@@ -44,6 +47,8 @@ import threading
 import time
 import traceback
 from pathlib import Path
+
+import consume
 
 REPO = Path(__file__).resolve().parent.parent
 HERE = REPO / "bench"
@@ -78,6 +83,7 @@ FULL = dict(
     lag_clients=16, lag_secs=15, async_clients=32,
     replay_events=1_000_000, replay_chunk=1000, replay_reps=3,
     growth_sizes=[1_000_000, 10_000_000, 50_000_000], growth_chunk=10_000,
+    **consume.FULL,
 )
 QUICK = dict(
     secs=2, reps=1, clients=[1, 32], batch_clients=8,
@@ -85,6 +91,7 @@ QUICK = dict(
     lag_clients=16, lag_secs=3, async_clients=32,
     replay_events=10_000, replay_chunk=1000, replay_reps=1,
     growth_sizes=[20_000, 60_000], growth_chunk=10_000,
+    **consume.QUICK,
 )
 
 
@@ -643,7 +650,15 @@ class Bench:
             if max_backlog is not None:
                 c.execute(f"ALTER SYSTEM SET litebase_streams.max_backlog = {max_backlog}")
                 c.execute("SELECT pg_reload_conf()")
-            setting = c.execute("SHOW litebase_streams.max_backlog").fetchone()[0]
+        # The reload reaches backends asynchronously: ask new sessions until
+        # one has it (publishers of the run connect later still).
+        deadline = time.monotonic() + 10
+        while True:
+            with connect("postgres") as c:
+                setting = c.execute("SHOW litebase_streams.max_backlog").fetchone()[0]
+            if max_backlog is None or int(setting) == max_backlog or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         try:
             self._lag_run(key, clients, async_commit)
         finally:
@@ -1319,6 +1334,7 @@ def write_report(res, out_dir):
     targets.append(("every published event received by the LISTEN client, exactly once "
                     "(all runs)", "yes" if complete else f"no: {lost:,} missing, {extra:,} duplicated",
                     "yes", complete))
+    targets.extend(consume.targets(res, sys.modules[__name__]))
     res["targets"] = [dict(name=t[0], value=t[1], target=t[2], pass_=t[3]) for t in targets]
     w("## Targets")
     w("")
@@ -1338,6 +1354,7 @@ def write_report(res, out_dir):
         w("(Smoke run: verdicts on 2-second runs mean little.)")
     w("")
     notes = shortfall_notes(res, top, pub, plain, notif, cpu_med, cpu_us)
+    notes += consume.notes(res, {t[0] for t in targets if not t[3]})
     if notes:
         w("What the run shows about the shortfalls (measured, see the sections below):")
         w("")
@@ -1606,16 +1623,20 @@ def write_report(res, out_dir):
           "short runs on a shared machine and move by about 10% between runs of the same size.")
         w("")
 
+    # ---- 6. subscriptions (bench/consume.py)
+    consume.section(res, w, sys.modules[__name__])
+
     # ---- how to run
     w("## Reproduce")
     w("")
     w("```sh")
     w("make bench           # installs prerequisites, builds and installs the release build, starts")
-    w("                     # the local cluster, runs everything (~7 min), rewrites this file")
+    w("                     # the local cluster, runs everything (~9 min), rewrites this file")
     w("make bench QUICK=1   # smoke run (< 1 min), report in target/bench-quick/")
     w("make bench LARGE=1   # also section 5: grows a log to 50M events (about 25 more minutes, ~12 GB")
     w("                     # of disk); later runs keep its figures from docs/bench-growth.json")
     w("python3 bench/bench.py --report-only   # redraw this file and the plots from target/bench/results.json")
+    w("python3 bench/bench.py --only consume  # section 6 alone, merged into target/bench/results.json")
     w("```")
     w("")
     w(f"Everything runs in a database `{DB}` that is dropped and recreated (again before the "
@@ -1644,6 +1665,27 @@ def report(res, out_dir):
     say(f"wrote {out_dir / 'benchmarks.md'}, bench-throughput.png, bench-latency.png")
 
 
+def run_only(b, phase, work_dir, out_dir):
+    """--only consume: that phase alone, its figures merged into the last
+    run's results.json (the other sections keep theirs)."""
+    consume.phase(b, sys.modules[__name__])
+    with connect("postgres") as c:
+        c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+    path = work_dir / "results.json"
+    res = load_results(path) if path.exists() else None
+    if res is not None:
+        res["consume"] = b.res["consume"]
+        res["config"].update({k: b.cfg[k] for k in consume.FULL})
+        path.write_text(json.dumps(res, indent=1, default=str))
+        try:
+            return report(res, out_dir)
+        except KeyError as e:  # results.json of an older bench.py
+            say(f"{path.relative_to(REPO)} lacks {e} (an older run): report not redrawn")
+    else:
+        path.write_text(json.dumps(b.res, indent=1, default=str))
+        say(f"no earlier run in {work_dir.relative_to(REPO)}: figures in results.json, report not redrawn")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke run: short, one repetition, small data")
@@ -1653,6 +1695,9 @@ def main():
                          "minutes; the figures are kept in docs/bench-growth.json for later reports)")
     ap.add_argument("--report-only", action="store_true",
                     help="measure nothing: redraw the report and plots from the last run's results.json")
+    ap.add_argument("--only", choices=["consume"],
+                    help="run only this phase (consume: section 6) and merge its figures into the last "
+                         "run's results.json; the report is redrawn when that file has a whole run")
     args = ap.parse_args()
     bootstrap()
     t_start = time.monotonic()
@@ -1665,15 +1710,18 @@ def main():
         report(load_results(work_dir / "results.json"), out_dir)
         return
     log_dir = work_dir / "logs"
-    shutil.rmtree(log_dir, ignore_errors=True)
+    if not args.only:  # --only keeps the last run's logs, which its report points to
+        shutil.rmtree(log_dir, ignore_errors=True)
     log_dir.mkdir(parents=True, exist_ok=True)
-    say(f"{'quick smoke run' if args.quick else 'full run'}: server {PGHOST}:{PGPORT}, database {DB}, "
-        f"report {out_dir}")
+    say(f"{'quick smoke run' if args.quick else 'full run'}{f' of {args.only} only' if args.only else ''}: "
+        f"server {PGHOST}:{PGPORT}, database {DB}, report {out_dir}")
     b = Bench(cfg, args.quick, out_dir, log_dir)
     b.res["log_dir"] = str(log_dir.relative_to(REPO))
     b.res["work_dir"] = str(work_dir.relative_to(REPO))
     b.machine()
     b.find_postmaster()
+    if args.only:
+        return run_only(b, args.only, work_dir, out_dir)
     b.recreate_db()
     b.phase_throughput()
     b.phase_latency()
@@ -1682,6 +1730,7 @@ def main():
     b.phase_lag(async_commit=True, max_backlog=ASYNC_MAX_BACKLOG)
     b.phase_standby()
     b.phase_replay()
+    consume.phase(b, sys.modules[__name__])
     if args.large or args.quick:
         b.phase_growth()
     with connect("postgres") as c:
