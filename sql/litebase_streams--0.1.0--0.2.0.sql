@@ -345,7 +345,8 @@ DECLARE
         WHEN 'read' THEN ARRAY[
             'SELECT ON streams.events, streams.event_log, streams.transactions, streams.horizon_state',
             'EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
-                 streams.horizon(), streams.worker_pid(), streams.log_id(), streams._replay_start(timestamptz, xid8)']
+                 streams.horizon(), streams.wait(bigint, interval), streams.worker_pid(), streams.log_id(),
+                 streams._replay_start(timestamptz, xid8)']
         ELSE ARRAY[
             'EXECUTE ON FUNCTION streams.publish(text, jsonb), streams.publish_batch(text, jsonb[]),
                  streams._publish_batch(text, jsonb[])']
@@ -479,6 +480,16 @@ COMMENT ON FUNCTION streams._worker_status() IS 'Internal: the shared-memory hal
 COMMENT ON FUNCTION streams.worker_pid() IS 'The pid of this database''s worker: trust only notifications sent by it.';
 COMMENT ON FUNCTION streams._acl_changed() IS 'Internal: makes publishers re-check their privileges after this transaction commits.';
 COMMENT ON FUNCTION streams._stream_matches(text, text[]) IS 'Internal: whether a stream is selected by any of the names or patterns.';
+
+-- streams.wait(position bigint, timeout interval DEFAULT '5s') -> boolean
+-- True as soon as the event at `position` is final: the caller's next
+-- statement sees it in streams.events (read-your-writes after a COMMIT, and
+-- tests). False when `timeout` passes first. Sleeps until the worker moves
+-- the horizon (src/waiting.rs, shared with subscriptions' long polls); needs
+-- READ COMMITTED to wait (0A000 otherwise).
+CREATE FUNCTION streams.wait("position" bigint, timeout interval DEFAULT '5s') RETURNS boolean
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_wait_wrapper';
+COMMENT ON FUNCTION streams.wait(bigint, interval) IS 'Wait until the event at a position is visible in streams.events; false on timeout.';
 
 -- Subscriptions (new in 0.2.0; the same as sql/subscriptions.sql).
 CREATE TABLE streams.subscription_state (

@@ -224,6 +224,16 @@ LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog,
 $$;
 COMMENT ON FUNCTION streams.horizon() IS 'The highest final position: no event at or below it can appear later.';
 
+-- streams.wait(position bigint, timeout interval DEFAULT '5s') -> boolean
+-- True as soon as the event at `position` is final: the caller's next
+-- statement sees it in streams.events (read-your-writes after a COMMIT, and
+-- tests). False when `timeout` passes first. Sleeps until the worker moves
+-- the horizon (src/waiting.rs, shared with subscriptions' long polls); needs
+-- READ COMMITTED to wait (0A000 otherwise).
+CREATE FUNCTION streams.wait("position" bigint, timeout interval DEFAULT '5s') RETURNS boolean
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_wait_wrapper';
+COMMENT ON FUNCTION streams.wait(bigint, interval) IS 'Wait until the event at a position is visible in streams.events; false on timeout.';
+
 -- streams.log_id() -> uuid
 -- Which log this is (see streams.log_info): compare it with the one a
 -- client's saved position belongs to before resuming from that position.
@@ -417,7 +427,8 @@ DECLARE
         WHEN 'read' THEN ARRAY[
             'SELECT ON streams.events, streams.event_log, streams.transactions, streams.horizon_state',
             'EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
-                 streams.horizon(), streams.worker_pid(), streams.log_id(), streams._replay_start(timestamptz, xid8)']
+                 streams.horizon(), streams.wait(bigint, interval), streams.worker_pid(), streams.log_id(),
+                 streams._replay_start(timestamptz, xid8)']
         ELSE ARRAY[
             'EXECUTE ON FUNCTION streams.publish(text, jsonb), streams.publish_batch(text, jsonb[]),
                  streams._publish_batch(text, jsonb[])']

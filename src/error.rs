@@ -62,6 +62,9 @@ pub enum StreamsError {
     PollNeedsReadCommitted { long_poll: bool },
     /// A transaction that holds claims tried to PREPARE.
     PreparedPoll,
+    /// `streams.wait` under repeatable read or serializable, for an event
+    /// the transaction's snapshot does not show.
+    WaitNeedsReadCommitted,
 }
 
 impl fmt::Display for StreamsError {
@@ -119,6 +122,9 @@ impl fmt::Display for StreamsError {
             StreamsError::PollNeedsReadCommitted { long_poll: true } => {
                 f.write_str("streams.poll with a wait needs READ COMMITTED isolation")
             }
+            StreamsError::WaitNeedsReadCommitted => f.write_str(
+                "streams.wait: this transaction's snapshot will never show that event; wait in READ COMMITTED",
+            ),
             StreamsError::PreparedPoll => {
                 f.write_str("cannot PREPARE a transaction that holds claims of a litebase_streams subscription")
             }
@@ -153,9 +159,9 @@ impl StreamsError {
             StreamsError::NotSubscriptionOwner(_) | StreamsError::SubscriptionNotReadable { .. } => {
                 PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE
             }
-            StreamsError::PollNeedsReadCommitted { .. } | StreamsError::PreparedPoll => {
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED
-            }
+            StreamsError::PollNeedsReadCommitted { .. }
+            | StreamsError::PreparedPoll
+            | StreamsError::WaitNeedsReadCommitted => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             StreamsError::CommitTimesLost { .. } => PgSqlErrorCode::ERRCODE_WARNING,
             StreamsError::PreparedPublish => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             StreamsError::PermissionDenied { .. } => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,

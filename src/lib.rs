@@ -10,7 +10,8 @@
 //! * kept_plan.rs: statements planned once per backend under a pinned search_path;
 //! * hold.rs: `litebase_streams.hold_timeout`;
 //! * replay.rs, status.rs: SQL helpers behind `streams.replay` and `streams.status`;
-//! * subscriptions/: durable consumers (`poll`, `ack`, `seek`), their claims and long polls;
+//! * subscriptions/: durable consumers (`poll`, `ack`, `seek`) and their claims;
+//! * waiting.rs: sleeping until the horizon moves (`streams.wait`, long polls);
 //! * utility.rs: keeps DROP DATABASE working;
 //! * sql/: the tables, views and SQL functions users see (streams.sql, subscriptions.sql,
 //!   then finish.sql: privileges and the worker).
@@ -35,6 +36,7 @@ mod shmem;
 mod status;
 mod subscriptions;
 mod utility;
+mod waiting;
 mod worker;
 
 use error::{OrRaise, StreamsError};

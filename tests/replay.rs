@@ -171,3 +171,57 @@ fn range_queries_on_events_use_indexes() {
         assert!(!plan.contains("Seq Scan on event_log"), "{sql}:\n{plan}");
     }
 }
+
+/// `streams.wait` returns true once an event is visible to the caller's next
+/// statement: false while an older publishing transaction holds it back, and
+/// woken (not polling out its safety-net sleep of 10 s) when it commits.
+#[test]
+fn wait_returns_once_an_event_is_visible() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN").unwrap();
+    publish(&mut holder, "orders", "{}");
+    let later = publish(&mut c, "orders", "{}");
+    let visible: bool = c.query_one("SELECT streams.wait($1, '200ms')", &[&later]).unwrap().get(0);
+    assert!(!visible, "an open publishing transaction holds the later event back");
+
+    let config = db.config();
+    let waiter = std::thread::spawn(move || {
+        let mut w = connect_retrying(&config);
+        let started = std::time::Instant::now();
+        let visible: bool = w.query_one("SELECT streams.wait($1, '60s')", &[&later]).unwrap().get(0);
+        let took = started.elapsed();
+        let seen: i64 =
+            w.query_one("SELECT count(*) FROM streams.events WHERE position = $1", &[&later]).unwrap().get(0);
+        (visible, took, seen)
+    });
+    wait_until("the waiter sleeps", std::time::Duration::from_secs(20), || {
+        c.query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'Extension' AND query LIKE '%streams.wait%'",
+            &[],
+        )
+        .unwrap()
+        .get::<_, i64>(0)
+            == 1
+    });
+    holder.batch_execute("COMMIT").unwrap();
+    let (visible, took, seen) = waiter.join().unwrap();
+    assert!(visible, "true once the holder committed");
+    assert_eq!(seen, 1, "the next statement sees the event");
+    assert!(took < std::time::Duration::from_secs(5), "woken by the worker, not by its safety net: {took:?}");
+
+    let err = c.batch_execute("SELECT streams.wait(1, '-1 s')").unwrap_err();
+    assert_eq!(sqlstate(&err), "22023", "{err}");
+    let err = c.batch_execute("SELECT streams.wait(NULL, '1 s')").unwrap_err();
+    assert_eq!(sqlstate(&err), "22004", "{err}");
+    c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1").unwrap();
+    let err = c.batch_execute(&format!("SELECT streams.wait({}, '10s')", later + 1000)).unwrap_err();
+    assert_eq!(sqlstate(&err), "0A000", "a snapshot never shows a later event: {err}");
+    c.batch_execute("ROLLBACK").unwrap();
+
+    let outsider = TestRole::new(&db, "outsider", "");
+    c.batch_execute(&format!("GRANT USAGE ON SCHEMA streams TO {}", outsider.name)).unwrap();
+    let err = db.connect_as(&outsider.name).batch_execute("SELECT streams.wait(1, '1s')").unwrap_err();
+    assert_eq!(sqlstate(&err), "42501", "waiting is part of the read privilege: {err}");
+}

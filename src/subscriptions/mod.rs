@@ -27,9 +27,8 @@
 //! owner, like `publish`.
 
 mod claims;
-mod wait;
 
-use std::time::Duration;
+pub use claims::register_callbacks;
 
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::prelude::*;
@@ -38,6 +37,7 @@ use pgrx::spi::SpiClient;
 use crate::error::{OrRaise, StreamsError};
 use crate::notify::{parse_stream_selector, StreamSelector};
 use crate::privileges;
+use crate::waiting::{self, horizon_seen_by_transaction, isolation_is_snapshot, wait_duration};
 use claims::{Hold, Key, CHUNK_WIDTH};
 
 /// The most events one poll returns.
@@ -145,7 +145,7 @@ fn _poll(
         ))
         .raise();
     }
-    let wait = wait_duration(&wait).or_raise();
+    let wait = wait_duration(&wait, "wait").or_raise();
     let subscription = open(name);
     check_read_coverage(&subscription.name, &subscription.stream);
     if isolation_is_snapshot() && (!subscription.ordered || !wait.is_zero()) {
@@ -153,11 +153,11 @@ fn _poll(
         // poll would never see a new event.
         StreamsError::PollNeedsReadCommitted { long_poll: subscription.ordered }.raise();
     }
-    let waiter = wait::Waiter::new(wait);
+    let waiter = waiting::Waiter::new(wait);
     let claimed = loop {
         waiter.reset();
+        let horizon = horizon_seen_by_transaction();
         let claimed = as_owner(|client| {
-            let horizon = horizon_seen_by_transaction(client)?;
             if subscription.ordered {
                 poll_ordered(client, &subscription, horizon, max_events as i64)
             } else {
@@ -498,21 +498,6 @@ fn processed_through(client: &mut SpiClient<'_>, id: i32, chunk: i64) -> SpiResu
     })
 }
 
-/// The horizon as the calling transaction's next statement will see it:
-/// every event a poll returns must be visible to the read that follows it
-/// in `streams.poll` (under repeatable read, the transaction's snapshot).
-fn horizon_seen_by_transaction(client: &mut SpiClient<'_>) -> SpiResult<i64> {
-    // SAFETY: pushes a registered-by-the-stack snapshot and pops it below; an
-    // ERROR in between unwinds the snapshot stack with the (sub)transaction.
-    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
-    let horizon = client
-        .select("SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)", None, &[])
-        .and_then(|rows| rows.first().get::<i64>(1));
-    // SAFETY: pops the snapshot pushed above.
-    unsafe { pg_sys::PopActiveSnapshot() };
-    Ok(horizon?.unwrap_or(0))
-}
-
 /// Run reads with a snapshot taken now, not the calling statement's: after
 /// taking a claim's lock, the last holder's ack must be seen. (Once the
 /// transaction has written, SPI takes a fresh snapshot per statement under
@@ -524,11 +509,6 @@ fn with_latest_snapshot<R>(body: impl FnOnce() -> R) -> R {
     // SAFETY: pops the snapshot pushed above.
     unsafe { pg_sys::PopActiveSnapshot() };
     result
-}
-
-fn isolation_is_snapshot() -> bool {
-    // SAFETY: a backend-global set when the transaction starts; only read here.
-    unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 }
 }
 
 /// The subscription named `name` that the caller may use, or raise.
@@ -589,15 +569,6 @@ fn check_subscription_name(name: &str) -> Result<(), StreamsError> {
         StreamsError::InvalidStreamName { name, reason } => StreamsError::InvalidSubscriptionName { name, reason },
         other => other,
     })
-}
-
-fn wait_duration(wait: &Interval) -> Result<Duration, StreamsError> {
-    let days = wait.months() as i64 * 30 + wait.days() as i64;
-    let micros = days.checked_mul(86_400_000_000).and_then(|d| d.checked_add(wait.micros()));
-    match micros {
-        Some(micros) if micros >= 0 => Ok(Duration::from_micros(micros as u64)),
-        _ => Err(StreamsError::InvalidArgument("wait must not be negative".into())),
-    }
 }
 
 /// Run SPI statements as the extension's owner (the tables' owner).

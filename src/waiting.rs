@@ -1,0 +1,135 @@
+//! Waiting for the horizon: `streams.wait` and a subscription's long poll
+//! sleep on their process latch until the database's worker moves the
+//! horizon, a transaction that held subscription claims ends, the wait is
+//! over, or an interrupt arrives (cancel, statement_timeout, terminate,
+//! shutdown: each sets the latch, and `CHECK_FOR_INTERRUPTS` raises it).
+//! Nothing polls a table while it sleeps.
+
+use std::time::{Duration, Instant};
+
+use pgrx::prelude::*;
+
+use crate::shmem::{self, ConsumerSlot};
+
+/// The longest single sleep: a safety net against a lost wake-up (the
+/// worker restarting, say), not the way events are found. Long enough that
+/// a test of the wake-up cannot pass on it.
+const MAX_SLEEP: Duration = Duration::from_secs(10);
+
+/// Registered as waiting for this database's horizon while alive; a poll
+/// that ends, returns or raises (the error unwinds through it) stops
+/// waiting.
+pub struct Waiter {
+    slot: Option<&'static ConsumerSlot>,
+    deadline: Instant,
+}
+
+impl Waiter {
+    pub fn new(wait: Duration) -> Waiter {
+        crate::subscriptions::register_callbacks(); // also stops the wait at transaction end
+        let slot = shmem::my_consumer_slot();
+        if let Some(slot) = slot.filter(|_| !wait.is_zero()) {
+            // SAFETY: MyDatabaseId is set once the backend connected; a plain read.
+            slot.wait_in(unsafe { pg_sys::MyDatabaseId }.to_u32());
+        }
+        Waiter { slot, deadline: Instant::now() + wait }
+    }
+
+    /// Forget earlier wake-ups: call before looking for events, so that one
+    /// arriving after the look is kept for [`Waiter::sleep`].
+    pub fn reset(&self) {
+        // SAFETY: MyLatch is this backend's own latch, set at process start.
+        unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
+    }
+
+    /// Sleep until woken or the deadline; false when the wait is over.
+    /// Raises on interrupts (cancel, timeouts, termination).
+    pub fn sleep(&self) -> bool {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let timeout = left.min(MAX_SLEEP).as_millis().max(1) as std::ffi::c_long;
+        // SAFETY: waits on this backend's own latch; WL_EXIT_ON_PM_DEATH ends
+        // the process if the postmaster dies. Interrupt handlers set the
+        // latch, and CHECK_FOR_INTERRUPTS raises through pgrx's guard.
+        unsafe {
+            pg_sys::WaitLatch(
+                pg_sys::MyLatch,
+                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+                timeout,
+                pg_sys::PG_WAIT_EXTENSION,
+            );
+        }
+        pg_sys::check_for_interrupts!();
+        true
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot {
+            slot.wait_in(0);
+        }
+    }
+}
+
+/// `streams.wait(position, timeout)`: true as soon as the event at
+/// `position` is final (the caller's next statement sees it in
+/// `streams.events`), false when `timeout` passes first.
+#[pg_extern(sql = false)]
+fn _wait(position: Option<i64>, timeout: Option<pgrx::datum::Interval>) -> bool {
+    use crate::error::{OrRaise, StreamsError};
+    let position = position.ok_or(StreamsError::NullArgument("position")).or_raise();
+    let timeout = timeout.ok_or(StreamsError::NullArgument("timeout")).or_raise();
+    let timeout = wait_duration(&timeout, "timeout").or_raise();
+    crate::require_preload().or_raise();
+    let waiter = Waiter::new(timeout);
+    loop {
+        waiter.reset();
+        if horizon_seen_by_transaction() >= position {
+            return true;
+        }
+        if isolation_is_snapshot() {
+            // The transaction's snapshot will never show it.
+            StreamsError::WaitNeedsReadCommitted.raise();
+        }
+        if !waiter.sleep() {
+            return false;
+        }
+    }
+}
+
+/// The horizon as the calling transaction's next statement will see it (under
+/// repeatable read, the transaction's snapshot), read as the caller.
+pub fn horizon_seen_by_transaction() -> i64 {
+    // SAFETY: pushes a snapshot and pops it below; an ERROR in between
+    // unwinds the snapshot stack with the (sub)transaction.
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+    let horizon = Spi::get_one::<i64>("SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)");
+    // SAFETY: pops the snapshot pushed above.
+    unsafe { pg_sys::PopActiveSnapshot() };
+    horizon
+        .unwrap_or_else(|e| {
+            crate::error::StreamsError::Spi { doing: "reading the horizon", error: e.to_string() }.raise()
+        })
+        .unwrap_or(0)
+}
+
+/// Whether the transaction reads with one snapshot (repeatable read or
+/// serializable): it never sees a later commit.
+pub fn isolation_is_snapshot() -> bool {
+    // SAFETY: a backend-global set when the transaction starts; only read here.
+    unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 }
+}
+
+/// An interval argument as a duration (months count 30 days); 22023 when
+/// negative.
+pub fn wait_duration(wait: &pgrx::datum::Interval, argument: &str) -> Result<Duration, crate::error::StreamsError> {
+    let days = wait.months() as i64 * 30 + wait.days() as i64;
+    let micros = days.checked_mul(86_400_000_000).and_then(|d| d.checked_add(wait.micros()));
+    match micros {
+        Some(micros) if micros >= 0 => Ok(Duration::from_micros(micros as u64)),
+        _ => Err(crate::error::StreamsError::InvalidArgument(format!("{argument} must not be negative"))),
+    }
+}
