@@ -112,17 +112,7 @@ impl Pgbouncer {
         if let Some(user) = user {
             config.user(user);
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match config.connect(NoTls) {
-                Ok(client) => return client,
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Err(e) => panic!("cannot connect through pgbouncer: {e}\n{}", self.log()),
-            }
-        }
+        super::connect_retrying(&config)
     }
 
     /// Its log so far.
