@@ -538,7 +538,7 @@ LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 
 CREATE FUNCTION streams._chunk("position" bigint) RETURNS bigint
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', '_chunk_wrapper';
 CREATE FUNCTION streams._claims() RETURNS TABLE (subscription integer, pid integer, claimed bigint)
-LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', '_claims_wrapper';
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_claims_wrapper';
 
 -- streams._start_position(function, after, since, from_tx) -> bigint
 -- Where a subscription starts: after => that position, since/from_tx as in
@@ -640,8 +640,9 @@ $$;
 -- to, with their progress. position: every event of it at or below is
 -- processed; pending: final events after it not yet processed; lag_time: the
 -- age of the oldest pending one; claimed: events claimed by open
--- transactions, claimed_by: their pids.
-CREATE VIEW streams.subscriptions AS
+-- transactions, claimed_by: their pids. security_barrier: the role filter
+-- runs before any function of the caller's query sees a row.
+CREATE VIEW streams.subscriptions WITH (security_barrier) AS
 SELECT s.name, s.stream, s.ordered, s.owner,
        coalesce(first_pending.position - 1, GREATEST(s.position, h.horizon)) AS "position",
        coalesce(pending.count, 0) AS pending,
@@ -674,10 +675,10 @@ LEFT JOIN LATERAL (
       AND NOT EXISTS (SELECT FROM streams.subscription_progress p
                       WHERE p.subscription = s.id AND p.chunk = streams._chunk(e.position) AND p.done_through >= e.position)
 ) pending ON true
-LEFT JOIN LATERAL (
-    SELECT pg_catalog.sum(c.claimed)::bigint AS claimed, pg_catalog.array_agg(DISTINCT c.pid) AS pids
-    FROM streams._claims() c WHERE c.subscription = s.id
-) claims ON true
+LEFT JOIN (
+    SELECT c.subscription, pg_catalog.sum(c.claimed)::bigint AS claimed, pg_catalog.array_agg(DISTINCT c.pid) AS pids
+    FROM streams._claims() c GROUP BY c.subscription
+) claims ON claims.subscription = s.id
 LEFT JOIN LATERAL (
     SELECT pg_catalog.max(p.acked_at) AS acked_at FROM streams.subscription_progress p WHERE p.subscription = s.id
 ) progress ON true

@@ -62,6 +62,8 @@ pub enum StreamsError {
     PollNeedsReadCommitted { long_poll: bool },
     /// A transaction that holds claims tried to PREPARE.
     PreparedPoll,
+    /// A transaction holds claims on as many chunks as it may.
+    TooManyClaims { subscription: String, chunks: usize },
     /// `streams.wait` under repeatable read or serializable, for an event
     /// the transaction's snapshot does not show.
     WaitNeedsReadCommitted,
@@ -122,6 +124,11 @@ impl fmt::Display for StreamsError {
             StreamsError::PollNeedsReadCommitted { long_poll: true } => {
                 f.write_str("streams.poll with a wait needs READ COMMITTED isolation")
             }
+            StreamsError::TooManyClaims { subscription, chunks } => write!(
+                f,
+                "streams.poll: this transaction holds claims on {chunks} chunks, the most one transaction may \
+                 (subscription \"{subscription}\")"
+            ),
             StreamsError::WaitNeedsReadCommitted => f.write_str(
                 "streams.wait: this transaction's snapshot will never show that event; wait in READ COMMITTED",
             ),
@@ -151,6 +158,7 @@ impl StreamsError {
             StreamsError::MissingObject(_) => PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
             StreamsError::CorruptEvent { .. } => PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
             StreamsError::HorizonStateChanged => PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+            StreamsError::TooManyClaims { .. } => PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
             StreamsError::InvalidSubscriptionName { .. } | StreamsError::AckNotPolled { .. } => {
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
             }
@@ -226,6 +234,11 @@ impl StreamsError {
             StreamsError::PollNeedsReadCommitted { .. } => Some(
                 "Poll in a READ COMMITTED transaction (the default isolation level): a snapshot taken at the \
                  transaction's start never shows later events, nor other consumers' acks."
+                    .into(),
+            ),
+            StreamsError::TooManyClaims { .. } => Some(
+                "Ack what was polled and commit, then poll again: claims are locks, and the lock table is shared \
+                 by every session."
                     .into(),
             ),
             StreamsError::PreparedPoll => Some(

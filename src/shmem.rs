@@ -38,6 +38,8 @@ pub const CLAIMS_SHOWN: usize = 4;
 pub struct ConsumerSlot {
     /// The database a long poll waits in, 0 when none.
     waiting_db: AtomicU32,
+    /// The subscription it polls (0: `streams.wait`, the horizon only).
+    waiting_subscription: AtomicI32,
     claim_db: AtomicU32,
     /// Subscription ids (0: unused) and their claimed event counts.
     claim_subscription: [AtomicI32; CLAIMS_SHOWN],
@@ -257,8 +259,10 @@ pub fn my_consumer_slot() -> Option<&'static ConsumerSlot> {
 }
 
 impl ConsumerSlot {
-    /// Wait for database `db`'s horizon (0: stop waiting).
-    pub fn wait_in(&self, db: u32) {
+    /// Wait for database `db`'s horizon and, if not 0, for claims of
+    /// `subscription` to be returned (db 0: stop waiting).
+    pub fn wait_in(&self, db: u32, subscription: i32) {
+        self.waiting_subscription.store(subscription, Ordering::SeqCst);
         self.waiting_db.store(db, Ordering::SeqCst);
     }
 
@@ -292,21 +296,27 @@ impl ConsumerSlot {
     }
 }
 
-/// Set the latch of every backend whose long poll waits in database `db`.
-/// Atomics and `SetLatch` only: the worker calls it after each round that
-/// moved the horizon, and a transaction that held claims at its end.
-pub fn wake_pollers(db: pg_sys::Oid) {
+/// Set the latch of every backend that waits in database `db`: for its
+/// horizon (the worker, after each round that moved it), or, with
+/// `subscriptions`, only those polling one of them (a transaction that
+/// held their claims ended). Atomics and `SetLatch` only.
+pub fn wake_pollers(db: pg_sys::Oid, subscriptions: Option<&[i32]>) {
     if !available() {
         return;
     }
     for (procno, slot) in consumer_slots().iter().enumerate() {
-        if slot.waiting_db.load(Ordering::SeqCst) == db.to_u32() {
-            // SAFETY: ProcGlobal's allProcs lives as long as the server and has a
-            // PGPROC for every pgprocno the slots are sized for; SetLatch never raises.
-            unsafe {
-                let proc_ = (*pg_sys::ProcGlobal).allProcs.add(procno);
-                pg_sys::SetLatch(&raw mut (*proc_).procLatch);
-            }
+        if slot.waiting_db.load(Ordering::SeqCst) != db.to_u32() {
+            continue;
+        }
+        let polled = slot.waiting_subscription.load(Ordering::SeqCst);
+        if subscriptions.is_some_and(|subs| !subs.contains(&polled)) {
+            continue;
+        }
+        // SAFETY: ProcGlobal's allProcs lives as long as the server and has a
+        // PGPROC for every pgprocno the slots are sized for; SetLatch never raises.
+        unsafe {
+            let proc_ = (*pg_sys::ProcGlobal).allProcs.add(procno);
+            pg_sys::SetLatch(&raw mut (*proc_).procLatch);
         }
     }
 }

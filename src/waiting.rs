@@ -25,14 +25,17 @@ pub struct Waiter {
 }
 
 impl Waiter {
-    pub fn new(wait: Duration) -> Waiter {
+    /// Wait up to `wait` for the horizon, and for claims of `subscription`
+    /// (0: none) to be returned.
+    pub fn new(wait: Duration, subscription: i32) -> Waiter {
         crate::subscriptions::register_callbacks(); // also stops the wait at transaction end
         let slot = shmem::my_consumer_slot();
         if let Some(slot) = slot.filter(|_| !wait.is_zero()) {
             // SAFETY: MyDatabaseId is set once the backend connected; a plain read.
-            slot.wait_in(unsafe { pg_sys::MyDatabaseId }.to_u32());
+            slot.wait_in(unsafe { pg_sys::MyDatabaseId }.to_u32(), subscription);
         }
-        Waiter { slot, deadline: Instant::now() + wait }
+        // A wait of a year is as good as forever (and keeps the Instant in range).
+        Waiter { slot, deadline: Instant::now() + wait.min(Duration::from_secs(365 * 86_400)) }
     }
 
     /// Forget earlier wake-ups: call before looking for events, so that one
@@ -69,7 +72,7 @@ impl Waiter {
 impl Drop for Waiter {
     fn drop(&mut self) {
         if let Some(slot) = self.slot {
-            slot.wait_in(0);
+            slot.wait_in(0, 0);
         }
     }
 }
@@ -84,7 +87,7 @@ fn _wait(position: Option<i64>, timeout: Option<pgrx::datum::Interval>) -> bool 
     let timeout = timeout.ok_or(StreamsError::NullArgument("timeout")).or_raise();
     let timeout = wait_duration(&timeout, "timeout").or_raise();
     crate::require_preload().or_raise();
-    let waiter = Waiter::new(timeout);
+    let waiter = Waiter::new(timeout, 0);
     loop {
         waiter.reset();
         if horizon_seen_by_transaction() >= position {
@@ -130,6 +133,7 @@ pub fn wait_duration(wait: &pgrx::datum::Interval, argument: &str) -> Result<Dur
     let micros = days.checked_mul(86_400_000_000).and_then(|d| d.checked_add(wait.micros()));
     match micros {
         Some(micros) if micros >= 0 => Ok(Duration::from_micros(micros as u64)),
-        _ => Err(crate::error::StreamsError::InvalidArgument(format!("{argument} must not be negative"))),
+        Some(_) => Err(crate::error::StreamsError::InvalidArgument(format!("{argument} must not be negative"))),
+        None => Err(crate::error::StreamsError::InvalidArgument(format!("{argument} is out of range"))),
     }
 }

@@ -218,7 +218,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                 visible_now = !more;
                 if entry.horizon.swap(horizon as u64, Ordering::Relaxed) != horizon as u64 {
                     // Committed: long polls of subscriptions see the new horizon.
-                    shmem::wake_pollers(db);
+                    shmem::wake_pollers(db, None);
                 }
                 // The publishers' running maximum (max_backlog), reset to this
                 // log's (a re-created log starts again at 1).

@@ -192,6 +192,36 @@ fn security_definer_functions_pin_search_path_and_are_not_public() {
         .map(|r| r.get(0))
         .collect();
     assert!(public.is_empty(), "SECURITY DEFINER functions executable by PUBLIC: {public:?}");
+    // Functions that are not SECURITY DEFINER but act as the extension's
+    // owner inside (publish, subscriptions) are just as exposed to what the
+    // caller plants in pg_temp: every function that can run SQL pins its
+    // search_path, except these, each for the reason given.
+    let allowed = [
+        "streams._acl_changed()",                    // sets a backend flag, runs no SQL
+        "streams._launch_worker()",                  // shared memory only
+        "streams._require_preload()",                // reads settings only
+        "streams.worker_pid()",                      // shared memory only
+        "streams._refuse_change()",                  // trigger: raises, runs no SQL
+        "streams._stream_matches_support(internal)", // planner support: no SQL
+        "streams.get(bigint)",                       // runs as the caller, inlined into its query
+        "streams.replay(text,bigint,timestamp with time zone,xid8,integer)", // as the caller, inlined
+        "streams.publish(text,jsonb)",               // kept plans pinned in Rust (kept_plan.rs)
+        "streams._publish_batch(text,jsonb[])",      // same
+    ];
+    let unpinned: Vec<String> = c
+        .query(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p
+             WHERE p.pronamespace = 'streams'::regnamespace AND p.provolatile <> 'i'
+               AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)
+             ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .filter(|f| !allowed.contains(&f.as_str()))
+        .collect();
+    assert!(unpinned.is_empty(), "functions that may run SQL without a pinned search_path: {unpinned:?}");
     // And what PUBLIC may run reveals nothing: a role with schema usage only
     // cannot look up transactions.
     let nobody = TestRole::new(&db, "nobody", "");

@@ -1118,3 +1118,96 @@ fn prepare_transaction_after_a_poll_is_refused() {
     c.batch_execute(&format!("BEGIN; SELECT * FROM streams.poll('twopc'); PREPARE TRANSACTION '{gid}'")).unwrap();
     c.batch_execute(&format!("COMMIT PREPARED '{gid}'")).unwrap();
 }
+
+/// A caller's temporary schema is searched first for types: a role that
+/// plants `pg_temp.oid`, `pg_temp.int8`, ... (domains whose check runs its
+/// own function) must never get that function run as the extension's owner
+/// by any subscription function or the view, which act as the owner inside.
+#[test]
+fn types_planted_in_pg_temp_never_run_as_the_extension_owner() {
+    let db = TestDb::new();
+    let mallory = TestRole::new(&db, "mallory", "");
+    let mut owner = db.connect();
+    owner.batch_execute(&format!("SELECT streams.grant('read', 'pub.*', '{}')", mallory.name)).unwrap();
+    let p = publish_events(&mut owner, "pub.a", 3, 1);
+    let mut m = db.connect_as(&mallory.name);
+    let mut plant = format!(
+        "CREATE FUNCTION pg_temp.evil(anyelement) RETURNS boolean LANGUAGE plpgsql AS $$
+         BEGIN
+             IF current_user <> '{0}' THEN
+                 RAISE EXCEPTION 'escalated: ran as %', current_user;
+             END IF;
+             RETURN true;
+         END $$;",
+        mallory.name
+    );
+    for ty in ["oid", "int2", "int4", "int8", "text", "bool", "regrole", "timestamptz", "interval", "name", "xid8"] {
+        plant.push_str(&format!("CREATE DOMAIN pg_temp.{ty} AS pg_catalog.{ty} CHECK (pg_temp.evil(VALUE));"));
+    }
+    m.batch_execute(&plant).unwrap();
+    let second = p[1];
+    let flow = [
+        "SELECT streams.create_subscription('m_ordered', 'pub.*', after => 0)".to_owned(),
+        "SELECT streams.create_subscription('m_pool', 'pub.*', after => 0, ordered => false)".to_owned(),
+        "BEGIN".to_owned(),
+        "SELECT * FROM streams.poll('m_ordered', 2)".to_owned(),
+        "SELECT * FROM streams.poll('m_pool', 2)".to_owned(),
+        "SELECT * FROM streams.subscriptions".to_owned(),
+        "SELECT * FROM streams._claims()".to_owned(),
+        format!("SELECT streams.ack('m_ordered', {second})"),
+        format!("SELECT streams.ack('m_pool', {second})"),
+        "COMMIT".to_owned(),
+        "SELECT streams.seek('m_pool', after => 0)".to_owned(),
+        format!("SELECT streams.wait({second}, '1s')"),
+        "SELECT streams.drop_subscription('m_pool')".to_owned(),
+    ];
+    for sql in flow {
+        m.batch_execute(&sql).unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    }
+
+    // A cheap function of mallory's in a query on the view never sees a row
+    // of another role's subscription (the view is a security barrier).
+    owner.batch_execute("SELECT streams.create_subscription('owners_secret', 'pub.*')").unwrap();
+    m.batch_execute(
+        "CREATE TEMP TABLE seen (name text);
+         CREATE FUNCTION pg_temp.leak(text) RETURNS boolean LANGUAGE plpgsql COST 0.0000001 AS $$
+         BEGIN INSERT INTO pg_temp.seen VALUES ($1); RETURN true; END $$;
+         SELECT count(*) FROM streams.subscriptions WHERE pg_temp.leak(name)",
+    )
+    .unwrap();
+    let seen: Vec<String> =
+        m.query("SELECT name FROM pg_temp.seen ORDER BY 1", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(seen, ["m_ordered"], "mallory's function saw only mallory's subscriptions");
+}
+
+/// A transaction that polls an unordered subscription over and over without
+/// committing holds a lock per chunk; the lock table is shared by every
+/// session, so it stops at 64 chunks with 54000 instead of filling it.
+#[test]
+fn one_transaction_claims_at_most_64_chunks() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    c.batch_execute("SELECT streams.create_subscription('sparse', 'orders', after => 0, ordered => false)").unwrap();
+    let mut last = 0;
+    for _ in 0..70 {
+        last = publish_events(&mut c, "orders", 1, 1)[0];
+        publish_events(&mut c, "noise", 1100, 1100); // the next one lands in another chunk
+    }
+    wait_for_horizon(&mut c, last);
+    let mut consumer = db.connect();
+    consumer.batch_execute("BEGIN").unwrap();
+    let mut polled = 0;
+    let err = loop {
+        match try_poll(&mut consumer, "sparse", 1) {
+            Ok(got) => {
+                assert_eq!(got.len(), 1, "each poll gets the next event, in a chunk of its own");
+                polled += 1;
+            }
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(sqlstate(&err), "54000", "{err}");
+    assert_eq!(polled, 64, "64 chunks, then the limit");
+    consumer.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(poll(&mut consumer, "sparse", 10).len(), 10, "the claims came back with the rollback");
+}

@@ -66,9 +66,51 @@ pub struct Claim {
     subtransaction: pg_sys::SubTransactionId,
 }
 
+/// The most chunk locks one transaction takes: every lock takes a slot of
+/// the lock table all sessions share, and a consumer that polls over and
+/// over without committing must not fill it.
+pub const MAX_CHUNKS_PER_TRANSACTION: usize = 64;
+
+/// Subscriptions whose pollers a transaction's end wakes by name; with more,
+/// it wakes every poller of the database.
+const WAKE_LIST: usize = 8;
+
 thread_local! {
     static CLAIMS: RefCell<Vec<Claim>> = const { RefCell::new(Vec::new()) };
     static CALLBACKS_REGISTERED: Cell<bool> = const { Cell::new(false) };
+    /// This transaction took a subscription lock (a claim, or seek's token).
+    static LOCKED: Cell<Option<WakeList>> = const { Cell::new(None) };
+    /// Set at the transaction's end: wake these pollers once the locks are
+    /// released (see [`resource_release_callback`]).
+    static WAKE_AFTER_RELEASE: Cell<Option<WakeList>> = const { Cell::new(None) };
+}
+
+/// Up to [`WAKE_LIST`] subscription ids without allocating; `None` in the
+/// list's place means "all of them".
+#[derive(Debug, Clone, Copy)]
+struct WakeList {
+    ids: [i32; WAKE_LIST],
+    len: usize,
+    overflow: bool,
+}
+
+impl WakeList {
+    fn with(list: Option<WakeList>, subscription: i32) -> WakeList {
+        let mut list = list.unwrap_or(WakeList { ids: [0; WAKE_LIST], len: 0, overflow: false });
+        if !list.ids[..list.len].contains(&subscription) {
+            if list.len < WAKE_LIST {
+                list.ids[list.len] = subscription;
+                list.len += 1;
+            } else {
+                list.overflow = true;
+            }
+        }
+        list
+    }
+}
+
+fn note_locked(subscription: i32) {
+    LOCKED.with(|l| l.set(Some(WakeList::with(l.get(), subscription))));
 }
 
 fn tag(subscription: i32, key: Key) -> pg_sys::LOCKTAG {
@@ -115,7 +157,26 @@ pub fn try_lock(subscription: i32, key: Key, hold: Hold) -> bool {
     // SAFETY: a transaction-scoped lock on a tag of our own; LockAcquire raises
     // (out of shared memory) through pgrx's FFI guard, as a Rust panic.
     let result = unsafe { pg_sys::LockAcquire(&tag, hold.mode(), false, true) };
-    result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+    let locked = result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL;
+    if locked {
+        note_locked(subscription);
+    }
+    locked
+}
+
+/// How many chunks this transaction holds claims on (all subscriptions).
+pub fn chunks_claimed() -> usize {
+    CLAIMS.with(|c| {
+        let claims = c.borrow();
+        let chunk = |c: &Claim| match c.key {
+            Key::Chunk(chunk) => Some((c.subscription, chunk)),
+            Key::Token => None,
+        };
+        let mut chunks: Vec<(i32, i64)> = claims.iter().filter_map(chunk).collect();
+        chunks.sort_unstable();
+        chunks.dedup();
+        chunks.len()
+    })
 }
 
 /// Take the token exclusively, waiting for every transaction that holds
@@ -128,6 +189,7 @@ pub fn lock_exclusively(subscription: i32) {
     // SAFETY: as in try_lock; a waiting LockAcquire raises on interrupts
     // through pgrx's FFI guard.
     unsafe { pg_sys::LockAcquire(&tag, Hold::Exclusive.mode(), false, false) };
+    note_locked(subscription);
 }
 
 /// Give back a lock this transaction took but claimed nothing under.
@@ -173,15 +235,17 @@ pub fn register_callbacks() {
         unsafe {
             pg_sys::RegisterXactCallback(Some(xact_callback), std::ptr::null_mut());
             pg_sys::RegisterSubXactCallback(Some(subxact_callback), std::ptr::null_mut());
+            pg_sys::RegisterResourceReleaseCallback(Some(resource_release_callback), std::ptr::null_mut());
         }
     }
 }
 
-/// The transaction ended: PostgreSQL released every lock; forget the
-/// ranges, and wake the long polls of this database if anything was claimed
-/// (an ordered subscription's next poller waits for exactly this).
-/// Atomics and `SetLatch` only at commit; the vector's memory is freed with
-/// `free`, which does not raise.
+/// The transaction ends: forget the ranges, and have the pollers of the
+/// subscriptions it locked woken once PostgreSQL has released the locks (an
+/// ordered subscription's next poller, and a seek's, wait for exactly that;
+/// woken before the release, a poller could find the lock still held and
+/// sleep again). Atomics and `SetLatch` only at commit; clearing the vector
+/// frees nothing.
 fn end_of_transaction() {
     let held = CLAIMS.with(|c| {
         let mut claims = c.borrow_mut();
@@ -192,14 +256,34 @@ fn end_of_transaction() {
     let slot = shmem::my_consumer_slot();
     if let Some(slot) = slot {
         // A long poll ended by FATAL (terminate) never dropped its Waiter.
-        slot.wait_in(0);
-    }
-    if held {
-        if let Some(slot) = slot {
+        slot.wait_in(0, 0);
+        if held {
             slot.clear_claims();
         }
-        // SAFETY: MyDatabaseId is set once the backend connected; a plain read.
-        shmem::wake_pollers(unsafe { pg_sys::MyDatabaseId });
+    }
+    WAKE_AFTER_RELEASE.with(|w| w.set(LOCKED.with(|l| l.take())));
+}
+
+/// # Safety
+/// SAFETY: registered by [`register_callbacks`]; PostgreSQL calls it during every resource owner
+/// release with valid arguments and our null arg. It only sets latches.
+#[pg_guard]
+unsafe extern "C-unwind" fn resource_release_callback(
+    phase: pg_sys::ResourceReleasePhase::Type,
+    _is_commit: bool,
+    is_top_level: bool,
+    _arg: *mut c_void,
+) {
+    if phase != pg_sys::ResourceReleasePhase::RESOURCE_RELEASE_AFTER_LOCKS || !is_top_level {
+        return;
+    }
+    if let Some(list) = WAKE_AFTER_RELEASE.with(|w| w.take()) {
+        let db = pg_sys::MyDatabaseId;
+        if list.overflow {
+            shmem::wake_pollers(db, None);
+        } else {
+            shmem::wake_pollers(db, Some(&list.ids[..list.len]));
+        }
     }
 }
 

@@ -73,6 +73,11 @@ fn _create_subscription(name: Option<&str>, stream: Option<&str>, start: Option<
     check_read_coverage(name, stream);
     // SAFETY: reads the backend's current user id, set once it is connected.
     let caller = unsafe { pg_sys::GetUserId() };
+    if find(name).is_some() {
+        // Before the INSERT, which would take an id from the sequence even
+        // when the name is taken (ids are 32-bit claim lock keys).
+        StreamsError::DuplicateSubscription(name.to_owned()).raise();
+    }
     let created = as_owner(|client| {
         let args: [DatumWithOid; 5] = [name.into(), stream.into(), ordered.into(), start.into(), caller.into()];
         client
@@ -153,7 +158,7 @@ fn _poll(
         // poll would never see a new event.
         StreamsError::PollNeedsReadCommitted { long_poll: subscription.ordered }.raise();
     }
-    let waiter = waiting::Waiter::new(wait);
+    let waiter = waiting::Waiter::new(wait, subscription.id);
     let claimed = loop {
         waiter.reset();
         let horizon = horizon_seen_by_transaction();
@@ -187,6 +192,7 @@ fn _ack(subscription: Option<&str>, through: Option<i64>) {
         StreamsError::AckNotPolled { subscription: subscription.name, through, polled_through: Some(polled_through) }
             .raise();
     }
+    let horizon = horizon_seen_by_transaction();
     as_owner(|client| {
         if subscription.ordered {
             client.update(
@@ -209,7 +215,7 @@ fn _ack(subscription: Option<&str>, through: Option<i64>) {
                 &args,
             )?;
         }
-        Ok(())
+        fold_finished_chunks(client, &subscription, horizon)
     });
 }
 
@@ -229,9 +235,14 @@ fn _claims() -> TableIterator<'static, (name!(subscription, i32), name!(pid, i32
     // SAFETY: MyDatabaseId is set once the backend connected; a plain read.
     let mut claims = crate::shmem::claims_in(unsafe { pg_sys::MyDatabaseId });
     if !claims.is_empty() {
+        let ids: Vec<i32> = claims.iter().map(|c| c.0).collect();
         let owners: Vec<(i32, pg_sys::Oid)> = as_owner(|client| {
             client
-                .select("SELECT s.id, s.owner::oid FROM streams.subscription_state s", None, &[])?
+                .select(
+                    "SELECT s.id, s.owner FROM streams.subscription_state s WHERE s.id = ANY ($1)",
+                    None,
+                    &[ids.into()],
+                )?
                 .map(|row| Ok((row.get::<i32>(1)?.unwrap_or(0), row.get::<pg_sys::Oid>(2)?.unwrap_or_default())))
                 .collect()
         });
@@ -303,7 +314,12 @@ fn poll_unordered(
 }
 
 fn poll_chunks(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64, max: i64) -> SpiResult<Vec<(i64, i64)>> {
-    let position = fold_finished_chunks(client, sub, horizon)?;
+    let held = claims::chunks_claimed();
+    if held >= claims::MAX_CHUNKS_PER_TRANSACTION {
+        StreamsError::TooManyClaims { subscription: sub.name.clone(), chunks: held }.raise();
+    }
+    let lockable = MAX_CHUNKS_PER_POLL.min(claims::MAX_CHUNKS_PER_TRANSACTION - held);
+    let position = read_position(client, sub.id)?;
     let page = (max * 2).max(100);
     // (chunk, low, last position taken, count), in the order first taken.
     let mut taken: Vec<(i64, i64, i64, i64)> = Vec::new();
@@ -321,7 +337,7 @@ fn poll_chunks(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64, max
                 None => {
                     let low = if let Some(through) = claims::claimed_through(sub.id, Key::Chunk(chunk)) {
                         through
-                    } else if locked_here.len() < MAX_CHUNKS_PER_POLL
+                    } else if locked_here.len() < lockable
                         && claims::try_lock(sub.id, Key::Chunk(chunk), Hold::Exclusive)
                     {
                         locked_here.push(chunk);
@@ -331,7 +347,7 @@ fn poll_chunks(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64, max
                         // Another transaction holds it (or this poll locked
                         // enough chunks): go on after it.
                         cursor = (chunk + 1) * CHUNK_WIDTH - 1;
-                        if locked_here.len() >= MAX_CHUNKS_PER_POLL {
+                        if locked_here.len() >= lockable {
                             break 'scan;
                         }
                         continue 'scan;
@@ -370,15 +386,16 @@ fn poll_chunks(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64, max
 }
 
 /// Move the position of an unordered subscription over the events whose
-/// chunks were acked, and drop the progress rows below it; returns the
-/// position to scan from. Skipped while another transaction does it (it
-/// then holds the row until it ends).
-fn fold_finished_chunks(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64) -> SpiResult<i64> {
+/// chunks were acked (this transaction's acks included), and drop the
+/// progress rows below it. From `ack`, not `poll`: the update holds the row
+/// until the transaction ends, and a long poll that claimed nothing must not
+/// (a seek would wait for it). Skipped while another transaction does it.
+fn fold_finished_chunks(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64) -> SpiResult<()> {
     let position = read_position(client, sub.id)?;
     let first = unprocessed_events(client, sub, position, horizon, 1)?;
     let done_through = first.first().map_or(horizon, |&p| p - 1).max(position);
     if claims::chunk_of(done_through + 1) <= claims::chunk_of(position + 1) {
-        return Ok(done_through);
+        return Ok(());
     }
     let args: [DatumWithOid; 3] = [sub.id.into(), position.into(), done_through.into()];
     client.update(
@@ -397,7 +414,7 @@ fn fold_finished_chunks(client: &mut SpiClient<'_>, sub: &Subscription, horizon:
         None,
         &args,
     )?;
-    Ok(done_through)
+    Ok(())
 }
 
 /// How many of the subscription's events `(after, upto]` holds, at most
@@ -571,9 +588,13 @@ fn check_subscription_name(name: &str) -> Result<(), StreamsError> {
     })
 }
 
-/// Run SPI statements as the extension's owner (the tables' owner).
+/// Run SPI statements as the extension's owner (the tables' owner), under
+/// `search_path = pg_catalog, pg_temp` whatever the caller's function was
+/// declared with: as the owner, a type or function the caller planted in
+/// its temporary schema must never be found.
 fn as_owner<R>(body: impl FnOnce(&mut SpiClient<'_>) -> SpiResult<R>) -> R {
-    privileges::as_owner(extension_owner(), || Spi::connect_mut(body))
+    let owner = extension_owner();
+    crate::kept_plan::with_pinned_search_path(|| privileges::as_owner(owner, || Spi::connect_mut(body)))
         .unwrap_or_else(|e| StreamsError::Spi { doing: "a subscription statement", error: e.to_string() }.raise())
 }
 
