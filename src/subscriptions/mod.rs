@@ -14,12 +14,14 @@
 //!   processed, in this transaction: a rollback undoes it and returns the
 //!   claims. An ordered subscription moves its position; an unordered one
 //!   records, per chunk, how far the processed prefix reaches
-//!   (`streams.subscription_progress`), and a later poll folds finished
-//!   chunks into the position.
+//!   (`streams.subscription_progress`), and folds finished chunks into the
+//!   position.
 //!
 //! Why no duplicate: a claim's lock is released after its transaction's
-//! commit became visible, and a poller reads the progress with a snapshot
-//! taken after it got the lock, so it sees every ack of the previous holder.
+//! commit became visible, and a poller reads the progress (the chunk's row
+//! and the position together: a fold changes both in one transaction) with a
+//! snapshot taken after it got the lock, so it sees every ack of the
+//! previous holder.
 //!
 //! The functions are not SECURITY DEFINER: they check the caller (a member
 //! of the subscription's owner, and its read privilege on every stream the
