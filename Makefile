@@ -29,7 +29,7 @@ SCRIPTS := $(CURDIR)/scripts
 # Prerequisites (setup -> install -> start) must run in order.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help setup install start stop restart status psql pgbouncer pgbouncer-stop demo test bench clean-cluster
+.PHONY: help setup install start stop restart status env psql pgbouncer pgbouncer-stop demo test doctest bench clean-cluster
 
 help:
 	@echo "litebase_streams: make targets"
@@ -39,12 +39,14 @@ help:
 	@echo "  stop           stop the dev cluster"
 	@echo "  restart        stop + start"
 	@echo "  status         show whether the dev cluster is running"
+	@echo "  env            print the dev cluster's PGHOST/PGPORT/PGUSER as exports: eval \"\$$(make -s env)\""
 	@echo "  psql           start if needed, CREATE EXTENSION IF NOT EXISTS, open psql (PSQL_ARGS=...)"
 	@echo "  pgbouncer      start if needed, then pgbouncer (transaction pooling) in front of the dev cluster;"
 	@echo "                 prints its connection string (PGBOUNCER_PORT=..., default PGPORT + 10000)"
 	@echo "  pgbouncer-stop stop that pgbouncer"
 	@echo "  demo           setup + install + start, then run scripts/demo.sh"
-	@echo "  test           setup + install + start, then pgrx tests and integration tests"
+	@echo "  test           setup + install + start, then pgrx tests, integration tests and the doc test"
+	@echo "  doctest        start if needed, then run every code block of README.md and docs/*.md (scripts/doctest.py)"
 	@echo "  bench          benchmarks side by side, report in docs/benchmarks.md (QUICK=1: smoke run, LARGE=1: + growth to 50M events)"
 	@echo "  clean-cluster  stop and delete the dev cluster"
 	@echo ""
@@ -76,6 +78,10 @@ restart:
 status:
 	@bash $(SCRIPTS)/cluster.sh status || true
 
+# Prints only the exports (no "==>" line), so that eval "$$(make -s env)" works.
+env:
+	@bash $(SCRIPTS)/env.sh
+
 psql:
 	@echo "==> psql"
 	@bash $(SCRIPTS)/cluster.sh psql $(PSQL_ARGS)
@@ -98,6 +104,13 @@ demo: setup install start
 test: setup install start
 	@echo "==> test"
 	@bash $(SCRIPTS)/test.sh
+
+# The doc test alone (make test runs it too): DOCTEST_ARGS="-v README.md" etc.,
+# see python3 scripts/doctest.py --help.
+DOCTEST_ARGS ?=
+doctest: start
+	@echo "==> doctest"
+	@python3 $(SCRIPTS)/doctest.py $(DOCTEST_ARGS)
 
 # Benchmarks (bench/bench.py): full run rewrites docs/benchmarks.md and docs/bench-*.png;
 # QUICK=1 is a smoke run (< 1 min) that reports to target/bench-quick/ instead;

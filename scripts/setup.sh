@@ -18,8 +18,13 @@ PGRX_VERSION=0.18.1
 # build-essential / pkg-config / libssl-dev: linker for rustc, and cargo-pgrx's
 #   openssl-sys dependency (otherwise `cargo install cargo-pgrx` fails on a bare box).
 # ca-certificates / curl: only needed to fetch rustup when cargo is missing.
+# python3-venv / nodejs / npm: the doc test (scripts/doctest.py) runs the README's Python
+#   and Node examples with psycopg and node-postgres, installed under target/doctest/.
 APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-wal2json pgbouncer postgresql-15-pgq3 libclang-dev clang sudo
-              build-essential pkg-config libssl-dev)
+              build-essential pkg-config libssl-dev python3-venv nodejs)
+# Debian's npm only when npm is missing: NodeSource's nodejs package bundles npm and
+# conflicts with Debian's.
+command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(npm)
 
 pkg_installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]

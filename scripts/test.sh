@@ -7,6 +7,10 @@
 #                                  cluster that pgrx creates (as `postgres` when root)
 #   (b) cargo test --test '*'      tests/*.rs against the dev cluster, with
 #                                  LITEBASE_STREAMS_* variables describing it
+#   (c) scripts/doctest.py         every code block of README.md and docs/*.md, in
+#                                  order, against the dev cluster (client libraries
+#                                  cached in target/doctest/)
+#   (d) bench/bench.py --quick     the benchmark harness, as a smoke run
 #
 # Logs: $TEST_LOG_DIR (default target/test-logs/).
 set -uo pipefail
@@ -111,7 +115,13 @@ else
     skip_suite "integration tests (cargo test --test '*')" "no tests/*.rs"
 fi
 
-# --- (c) benchmark smoke run, so the harness never rots ------------------------------
+# --- (c) the doc test: the README's examples run as written -------------------------
+# After the integration tests, which restart the cluster and kill workers: the
+# examples run in order, in one database, and must not be disturbed.
+run_suite "doc test (README.md, docs/*.md: scripts/doctest.py)" doctest \
+    python3 "$REPO_ROOT/scripts/doctest.py"
+
+# --- (d) benchmark smoke run, so the harness never rots ------------------------------
 run_suite "benchmark smoke run (bench/bench.py --quick)" bench \
     python3 "$REPO_ROOT/bench/bench.py" --quick
 
