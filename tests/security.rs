@@ -158,6 +158,8 @@ fn create_extension_refuses_a_schema_it_did_not_create() {
     evil.batch_execute("CREATE SCHEMA streams").unwrap();
     let err = admin_client.batch_execute("CREATE EXTENSION litebase_streams").unwrap_err();
     assert_eq!(sqlstate(&err), "42P06");
+    // The role can be dropped only once it owns no database.
+    admin_client.batch_execute(&format!("ALTER DATABASE {} OWNER TO CURRENT_USER", db.name)).unwrap();
 }
 
 /// The check `make test` keeps: every SECURITY DEFINER function of the
