@@ -13,7 +13,7 @@ PGRX_VERSION=0.18.1
 # postgresql-15 / postgresql-server-dev-15 / libclang-dev / clang: server, headers, bindgen.
 # postgresql-15-wal2json: the logical decoding test (tests/logical.rs) reads events with it.
 # pgbouncer: `make pgbouncer`, and the subscription tests (tests/subscriptions.rs) consume through it.
-# postgresql-15-pgq3: PgQ, the consumer the bench compares subscriptions with (bench/consume.py).
+# postgresql-15-pgq3: PgQ, the consumer the bench compares subscriptions with (bench/phases/consume.py).
 # sudo: `cargo pgrx test --runas` uses it.
 # build-essential / pkg-config / libssl-dev: linker for rustc, and cargo-pgrx's
 #   openssl-sys dependency (otherwise `cargo install cargo-pgrx` fails on a bare box).

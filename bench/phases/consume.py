@@ -1,8 +1,8 @@
-"""Section 6 of bench/bench.py: subscriptions (streams.poll / streams.ack).
+"""6. Subscriptions (streams.poll / streams.ack); --only consume runs just this.
 
-bench.py calls phase(bench, module) with its Bench object and its own module
-(for connect, dsn, say, CpuMeter, publisher_main, ...); the report side
-(targets, section, notes) reads only results.json's "consume" entry.
+run(b) measures with bench/common.py's helpers (connect, dsn, say, CpuMeter,
+publisher_main, ...); the report side (values, notes, section) reads only
+results.json's "consume" entry.
 
   6a. consume throughput over the same preloaded events, one consumer, 1,000
       events per transaction, methods interleaved: an ordered subscription
@@ -28,7 +28,10 @@ import subprocess
 import time
 import traceback
 
-H = None  # bench.py's module (set by phase())
+import common as H
+
+ORDER = 60
+OWN_DB = True
 
 STREAM = "bench.consume"         # 6a: one stream, one event per transaction
 COMPETE_STREAM = "bench.compete"  # 6b
@@ -156,7 +159,7 @@ def ensure_pgq(c):
 
 
 # --------------------------------------------------------------------------
-# Child processes (spawned, like bench.py's: one interpreter each)
+# Child processes (spawned, like common.py's: one interpreter each)
 # --------------------------------------------------------------------------
 
 def competing_main(conninfo, sub, batch, target, total, ready_evt, start_evt, deadline_s, out):
@@ -250,9 +253,7 @@ def waker_main(conninfo, sub, batch, wait, ready_evt, stop_evt, out):
 # The phase
 # --------------------------------------------------------------------------
 
-def phase(b, module):
-    global H
-    H = module
+def run(b):
     cfg = b.cfg
     N, batch = cfg["consume_events"], cfg["consume_batch"]
     H.say(f"6. subscriptions: {N:,} events in one stream (one per transaction), consumed {batch:,} "
@@ -613,34 +614,30 @@ def _wake(b, cfg):
 
 
 # --------------------------------------------------------------------------
-# Report (called from bench.write_report; reads res["consume"] only)
+# Report (called from bench/report.py; reads res["consume"] only)
 # --------------------------------------------------------------------------
 
 def _eps(runs):
     return H.med([r["events_per_s"] for r in runs]) if runs else float("nan")
 
 
-def targets(res, module):
-    global H
-    H = module
+def values(res):
     con = res.get("consume")
     if not con:
-        return []
+        return {}
     tp = con["throughput"]["client"]
     s, r = _eps(tp["subscription"]), _eps(tp["replay"])
     w = con["wake"]
     ok_wake = w["missing"] == 0 and w["duplicates"] == 0
     cruns = [x for e in con["compete"]["runs"] for x in e["runs"]]
     c_dup, c_miss = sum(x.get("duplicates", 0) for x in cruns), sum(x.get("missing", 0) for x in cruns)
-    return [
-        (f"consume: ordered subscription vs replay() pages + own cursor table, {con['batch']:,} per transaction",
-         H.fx(s / r), ">= 0.7x", s / r >= 0.7),
-        ("competing consumers: every event consumed exactly once (all runs)",
-         "yes" if not (c_dup or c_miss) else f"no: {c_dup:,} consumed twice, {c_miss:,} never", "yes",
-         not (c_dup or c_miss)),
-        ("every event returned by the long-polling consumer exactly once",
-         "yes" if ok_wake else f"no: {w['missing']:,} missing, {w['duplicates']:,} duplicated", "yes", ok_wake),
-    ]
+    return {
+        "consume_vs_replay": dict(value=s / r, batch=f"{con['batch']:,}"),
+        "compete_exactly_once": dict(value=not (c_dup or c_miss),
+                                     shown=f"no: {c_dup:,} consumed twice, {c_miss:,} never"),
+        "wake_exactly_once": dict(value=ok_wake,
+                                  shown=f"no: {w['missing']:,} missing, {w['duplicates']:,} duplicated"),
+    }
 
 
 def notes(res, short):
@@ -655,13 +652,13 @@ def notes(res, short):
         v = [x["server_cpu_us"] for x in runs if x.get("server_cpu_us") is not None]
         return H.med(v) if v else float("nan")
 
-    if any(n.startswith("consume:") for n in short):
+    if "consume_vs_replay" in short:
         out.append(
             f"**consume:** the subscription consumer reached {_eps(tc['subscription']):,.0f} events/s against "
             f"{_eps(tc['replay']):,.0f} for replay() pages; the server spent {cpu(tc['subscription']):.1f} µs of "
             f"CPU per event against {cpu(tc['replay']):.1f} µs. Without a client (the loops as procedures) the "
             f"ratio is {_eps(ts['subscription']) / _eps(ts['replay']):.2f}x.")
-    if any(n.startswith("competing consumers:") for n in short):
+    if "compete_exactly_once" in short:
         bad = [(e["consumers"], x) for e in con["compete"]["runs"] for x in e["runs"]
                if x.get("duplicates") or x.get("missing")]
         out.append(
@@ -672,9 +669,7 @@ def notes(res, short):
     return out
 
 
-def section(res, w, module):
-    global H
-    H = module
+def section(res, w):
     con = res.get("consume")
     if not con:
         return
@@ -717,7 +712,7 @@ def section(res, w, module):
     w("Each is timed two ways: **client**, a Python (psycopg 3) consumer in one process, one statement per "
       "round trip with prepared statements, rows decoded (`jsonb` and `timestamptz` into Python objects; "
       "PgQ's `ev_data` stays text), wall time; and **server**, the same loop as a PL/pgSQL procedure "
-      "(`bench_consume_*` in bench/consume.py) CALLed once, every row fetched into a record, COMMIT per "
+      "(`bench_consume_*` in bench/phases/consume.py) CALLed once, every row fetched into a record, COMMIT per "
       "batch: the database's cost with no client. *Server CPU*: every process of the cluster, per event.")
     w("")
     w("| method | client: events/s | vs replay pages | server CPU / event | client CPU / event "
