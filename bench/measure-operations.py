@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """Measure every figure of docs/operations.md on this machine.
 
-    target/bench-venv/bin/python bench/measure-operations.py          # about 10 minutes
-    target/bench-venv/bin/python bench/measure-operations.py --quick  # a smoke run, about 2 minutes
+    target/bench-venv/bin/python bench/measure-operations.py          # 6 to 10 minutes
+    target/bench-venv/bin/python bench/measure-operations.py --quick  # a smoke run, about 1 minute
 
 Needs the extension installed (`make install`) and Python with psycopg 3
 (`make bench` creates target/bench-venv with it; or `pip install "psycopg[binary]"`).
 It never touches the dev cluster: it creates throwaway clusters of its own with
 initdb under /tmp (ports --port, --port + 1 and --port + 2; as root the servers
 run as the `postgres` OS user), measures, stops them and deletes them (--keep
-leaves them). Results: printed as it goes, and written to
-target/measure-operations/results.json.
+leaves them running). It needs about 4 GB of free space under /tmp. Results:
+printed as it goes, and written to target/measure-operations/results.json
+(--quick: results-quick.json).
 
 What it measures, in order (the section of docs/operations.md in brackets):
 
@@ -25,19 +26,25 @@ What it measures, in order (the section of docs/operations.md in brackets):
              streams.events right after COMMIT                 [Visibility]
   hold       an open publishing transaction holding the horizon, ended by
              litebase_streams.hold_timeout                    [Visibility]
-  notify     the largest data that still travels in a notification
-  settings   pg_settings of every litebase_streams.* setting; who may set them
+  notify     the largest data that still travels in a notification [Event size]
+  settings   pg_settings of every litebase_streams.* setting; who may set them;
+             max_event_size refusing an event                 [Settings]
   big        10, 50 and 200 MB events: publish time, memory, WAL, and how long
-             they delay other events (next one after, and concurrent ones)
-  storage    bytes per event on disk and WAL per event for 1, 10 and 1,000
-             events per transaction (--events each, default 1,000,000)
+             they delay other events (next one after, and concurrent ones),
+             with pglz and lz4, against a plain INSERT        [Event size]
+  storage    bytes per event on disk, WAL and pg_commit_ts per event for 1, 10
+             and 1,000 events per transaction (--events each, default
+             1,000,000)                                       [Retention]
+  tablespace moving the log to another tablespace, and what cannot be moved
+                                                              [Retention]
   monitor    cost of streams.status and streams.subscriptions with a backlog
   backup     pg_dump / pg_restore of the one-per-transaction log into another
              cluster (time, size, identical events), what tx, eras,
-             time_exact, log_id and subscriptions look like afterwards;
-             pg_basebackup of a running cluster
+             time_exact, log_id and subscriptions look like afterwards; a
+             restore without the roles; pg_basebackup of a running cluster,
+             and a copy that diverges from it                 [Backups]
   uninstall  DROP EXTENSION (time, space returned), and the extension left
-             installed after the preload setting is removed
+             installed after the preload setting is removed   [Uninstalling]
 """
 
 import argparse
@@ -968,8 +975,9 @@ def main():
         RESULTS["duration_s"] = time.time() - started
         RESULTS["machine"]["load_average_at_end"] = os.getloadavg()
         OUT.mkdir(parents=True, exist_ok=True)
-        (OUT / "results.json").write_text(json.dumps(RESULTS, indent=1, default=str))
-        say(f"results: {OUT / 'results.json'} ({RESULTS['duration_s'] / 60:.1f} min)")
+        out = OUT / ("results-quick.json" if args.quick else "results.json")
+        out.write_text(json.dumps(RESULTS, indent=1, default=str))
+        say(f"results: {out} ({RESULTS['duration_s'] / 60:.1f} min)")
         if not args.keep:
             a.destroy()
             b.destroy()
