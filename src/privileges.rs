@@ -1,6 +1,7 @@
 //! Per-stream privileges, as the Rust side sees them: who may publish to a
-//! stream, who may read a whole pattern (subscriptions), running the publish INSERT as the extension's owner, and the
-//! pattern test and its planner support used by the log's row-level security.
+//! stream, who may read a whole pattern (subscriptions), running the publish
+//! INSERT as the extension's owner, and the pattern test and its planner
+//! support used by the log's row-level security.
 //!
 //! The grants live in `streams.stream_grants` (sql/streams.sql). Reading is
 //! enforced by row-level security on `streams.event_log`; publishing is
@@ -40,8 +41,8 @@ enum Question {
 }
 
 thread_local! {
-    /// (user, which log: its position sequence or the extension, question,
-    /// stream or pattern) → the answer.
+    /// (user, which log: its position sequence, question, stream or pattern)
+    /// → the answer.
     static CACHE: RefCell<HashMap<(u32, u32, Question, String), bool>> = RefCell::new(HashMap::new());
     static CACHE_GENERATION: Cell<u64> = const { Cell::new(0) };
     static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
@@ -57,10 +58,10 @@ pub fn check_publish(stream: &str, log: pg_sys::Oid) {
 }
 
 /// Whether the current user may read every stream `pattern` selects (a
-/// name, `prefix.*` or `*`) in the extension `extension`: a superuser, the
-/// owner, or a read grant that covers the whole pattern.
-pub fn may_read_all(pattern: &str, extension: pg_sys::Oid) -> bool {
-    cached_answer(extension, Question::ReadAll, pattern, || ask_may_read_all(pattern))
+/// name, `prefix.*` or `*`) in the log whose position sequence is `log`: a
+/// superuser, the owner, or a read grant that covers the whole pattern.
+pub fn may_read_all(pattern: &str, log: pg_sys::Oid) -> bool {
+    cached_answer(log, Question::ReadAll, pattern, || ask_may_read_all(pattern))
 }
 
 /// The answer for the current user, from the cache or from `ask`.

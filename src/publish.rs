@@ -51,8 +51,9 @@ pub unsafe fn init() {
 }
 
 /// The sequence that hands out positions, looked up per call so that a dropped
-/// and recreated extension is picked up.
-fn position_sequence() -> pg_sys::Oid {
+/// and recreated extension is picked up. It also names the log: a re-created
+/// log has a new one (privileges.rs keys its cached answers by it).
+pub(crate) fn position_sequence() -> pg_sys::Oid {
     // SAFETY: catalog lookups inside the publishing transaction, with static C strings; pgrx's FFI
     // guard turns an ERROR (no streams schema) into a Rust panic.
     unsafe {
@@ -186,8 +187,9 @@ unsafe fn write_as_owner(sequence: pg_sys::Oid, insert: &'static KeptPlan<4>, mu
     });
 }
 
-/// The owner of the position sequence: the role that created the extension.
-fn log_owner(sequence: pg_sys::Oid) -> pg_sys::Oid {
+/// The owner of the position sequence: the role that created the extension,
+/// which owns every table of the log (publish and subscriptions write as it).
+pub(crate) fn log_owner(sequence: pg_sys::Oid) -> pg_sys::Oid {
     let (cached_for, owner) = LOG_OWNER.with(|o| o.get());
     if cached_for == sequence {
         return owner;

@@ -106,17 +106,25 @@ fn _wait(position: Option<i64>, timeout: Option<pgrx::datum::Interval>) -> bool 
 /// The horizon as the calling transaction's next statement will see it (under
 /// repeatable read, the transaction's snapshot), read as the caller.
 pub fn horizon_seen_by_transaction() -> i64 {
+    // SAFETY: a plain call that returns a snapshot owned by the snapshot manager.
+    let snapshot = unsafe { pg_sys::GetTransactionSnapshot() };
+    with_active_snapshot(snapshot, || {
+        Spi::get_one::<i64>("SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)")
+    })
+    .unwrap_or_else(|e| crate::error::StreamsError::Spi { doing: "reading the horizon", error: e.to_string() }.raise())
+    .unwrap_or(0)
+}
+
+/// Run `body` with `snapshot` as the active snapshot: the one read-only SPI
+/// statements use.
+pub fn with_active_snapshot<R>(snapshot: pg_sys::Snapshot, body: impl FnOnce() -> R) -> R {
     // SAFETY: pushes a snapshot and pops it below; an ERROR in between
     // unwinds the snapshot stack with the (sub)transaction.
-    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
-    let horizon = Spi::get_one::<i64>("SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)");
+    unsafe { pg_sys::PushActiveSnapshot(snapshot) };
+    let result = body();
     // SAFETY: pops the snapshot pushed above.
     unsafe { pg_sys::PopActiveSnapshot() };
-    horizon
-        .unwrap_or_else(|e| {
-            crate::error::StreamsError::Spi { doing: "reading the horizon", error: e.to_string() }.raise()
-        })
-        .unwrap_or(0)
+    result
 }
 
 /// Whether the transaction reads with one snapshot (repeatable read or

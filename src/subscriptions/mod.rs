@@ -38,8 +38,8 @@ use pgrx::spi::SpiClient;
 
 use crate::error::{OrRaise, StreamsError};
 use crate::notify::{parse_stream_selector, StreamSelector};
-use crate::privileges;
 use crate::waiting::{self, horizon_seen_by_transaction, isolation_is_snapshot, wait_duration};
+use crate::{privileges, publish};
 use claims::{Hold, Key, CHUNK_WIDTH};
 
 /// The most events one poll returns.
@@ -248,14 +248,7 @@ fn _claims() -> TableIterator<'static, (name!(subscription, i32), name!(pid, i32
                 .map(|row| Ok((row.get::<i32>(1)?.unwrap_or(0), row.get::<pg_sys::Oid>(2)?.unwrap_or_default())))
                 .collect()
         });
-        // SAFETY: reads the backend's current user id, set once it is connected.
-        let user = unsafe { pg_sys::GetUserId() };
-        claims.retain(|(id, _, _)| {
-            owners.iter().any(|(sub, owner)| {
-                // SAFETY: a catalog lookup of role membership inside the caller's transaction.
-                sub == id && unsafe { pg_sys::has_privs_of_role(user, *owner) }
-            })
-        });
+        claims.retain(|(id, _, _)| owners.iter().any(|(sub, owner)| sub == id && caller_acts_for(*owner)));
     }
     TableIterator::new(claims)
 }
@@ -522,12 +515,8 @@ fn processed_through(client: &mut SpiClient<'_>, id: i32, chunk: i64) -> SpiResu
 /// transaction has written, SPI takes a fresh snapshot per statement under
 /// read committed anyway; unordered polls refuse snapshot isolation.)
 fn with_latest_snapshot<R>(body: impl FnOnce() -> R) -> R {
-    // SAFETY: as in horizon_seen_by_transaction.
-    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
-    let result = body();
-    // SAFETY: pops the snapshot pushed above.
-    unsafe { pg_sys::PopActiveSnapshot() };
-    result
+    // SAFETY: a plain call that returns a snapshot owned by the snapshot manager.
+    waiting::with_active_snapshot(unsafe { pg_sys::GetLatestSnapshot() }, body)
 }
 
 /// The subscription named `name` that the caller may use, or raise.
@@ -565,18 +554,22 @@ fn find(name: &str) -> Option<Subscription> {
 /// 42501 unless the caller has the privileges of the subscription's owner
 /// (the role that created it; superusers always do).
 fn check_member(subscription: &Subscription) {
-    // SAFETY: a catalog lookup of role membership inside the caller's transaction.
-    let member = unsafe { pg_sys::has_privs_of_role(pg_sys::GetUserId(), subscription.owner) };
-    if !member {
+    if !caller_acts_for(subscription.owner) {
         StreamsError::NotSubscriptionOwner(subscription.name.clone()).raise();
     }
+}
+
+/// Whether the current user has the privileges of `owner`.
+fn caller_acts_for(owner: pg_sys::Oid) -> bool {
+    // SAFETY: a catalog lookup of role membership inside the caller's transaction.
+    unsafe { pg_sys::has_privs_of_role(pg_sys::GetUserId(), owner) }
 }
 
 /// 42501 unless the caller may read every stream `pattern` selects: a
 /// subscription that skipped what its consumer may not read would ack it
 /// unseen.
 fn check_read_coverage(subscription: &str, pattern: &str) {
-    if !privileges::may_read_all(pattern, extension_oid()) {
+    if !privileges::may_read_all(pattern, publish::position_sequence()) {
         StreamsError::SubscriptionNotReadable { subscription: subscription.to_owned(), stream: pattern.to_owned() }
             .raise();
     }
@@ -595,42 +588,9 @@ fn check_subscription_name(name: &str) -> Result<(), StreamsError> {
 /// declared with: as the owner, a type or function the caller planted in
 /// its temporary schema must never be found.
 fn as_owner<R>(body: impl FnOnce(&mut SpiClient<'_>) -> SpiResult<R>) -> R {
-    let owner = extension_owner();
+    let owner = publish::log_owner(publish::position_sequence());
     crate::kept_plan::with_pinned_search_path(|| privileges::as_owner(owner, || Spi::connect_mut(body)))
         .unwrap_or_else(|e| StreamsError::Spi { doing: "a subscription statement", error: e.to_string() }.raise())
 }
 
 type SpiResult<T> = Result<T, pgrx::spi::Error>;
-
-thread_local! {
-    /// (local transaction id, extension, its owner) of the last lookup.
-    static EXTENSION: std::cell::Cell<(u32, pg_sys::Oid, pg_sys::Oid)> =
-        const { std::cell::Cell::new((0, pg_sys::InvalidOid, pg_sys::InvalidOid)) };
-}
-
-fn extension_oid() -> pg_sys::Oid {
-    extension().0
-}
-
-/// The role that created the extension, which owns its tables.
-fn extension_owner() -> pg_sys::Oid {
-    extension().1
-}
-
-/// The extension and its owner, looked up once per transaction.
-fn extension() -> (pg_sys::Oid, pg_sys::Oid) {
-    // SAFETY: MyProc is this backend's PGPROC; lxid is its current local transaction id.
-    let lxid = unsafe { (*pg_sys::MyProc).lxid };
-    let (cached_for, oid, owner) = EXTENSION.with(|e| e.get());
-    if cached_for == lxid && oid != pg_sys::InvalidOid {
-        return (oid, owner);
-    }
-    let row = Spi::get_two::<pg_sys::Oid, pg_sys::Oid>(
-        "SELECT x.oid, x.extowner FROM pg_catalog.pg_extension x WHERE x.extname = 'litebase_streams'",
-    );
-    let Ok((Some(oid), Some(owner))) = row else {
-        StreamsError::MissingObject("the extension litebase_streams").raise()
-    };
-    EXTENSION.with(|e| e.set((lxid, oid, owner)));
-    (oid, owner)
-}
