@@ -10,6 +10,7 @@
 #![allow(dead_code)]
 
 pub mod pgbouncer;
+pub mod webhooks;
 
 use std::process::Command;
 use std::str::FromStr;

@@ -1,0 +1,323 @@
+//! A webhook endpoint of the test's own: tests/webhook_receiver.py, a real
+//! HTTP server on 127.0.0.1, killed on drop.
+//!
+//! Each URL path answers as [`Receiver::configure`] says (status, failures
+//! first, a sleep) and every request is logged with its Standard Webhooks
+//! headers, its raw body and whether the reference verifier (the PyPI package
+//! `standardwebhooks`) accepts its signature; [`Receiver::requests`] reads
+//! that log. The log and the configuration outlive a [`Receiver::stop`], so
+//! [`Receiver::start_again`] continues on the same port, and `fail_first`
+//! counts across the restart.
+//!
+//! The Python comes from `target/webhook-venv`, created on first use (one
+//! process at a time, under an flock) from tests/requirements.txt.
+//!
+//! Set a behaviour for a path before creating the webhook that posts to it:
+//! an unknown path answers 404 (a failure the webhook retries), and a
+//! request that arrives before the secret is known is not verified. Create
+//! the webhook with `secret => SECRET` to know it in advance.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use super::{env, wait_until, COUNTER};
+
+/// A secret to create webhooks with (`secret => SECRET`), so the receiver can
+/// verify from the first request (the Standard Webhooks specification's
+/// example secret: 24 bytes).
+pub const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// How a path answers.
+#[derive(Clone, Debug)]
+pub struct Behaviour {
+    /// Verify signatures with this secret (`whsec_...`); None: not verified.
+    pub secret: Option<String>,
+    /// Answer `fail_status` to this many requests first, counted over every
+    /// request to the path this receiver logged (also before a restart).
+    pub fail_first: u32,
+    pub fail_status: u16,
+    /// The answer after those.
+    pub status: u16,
+    /// Seconds to wait before answering (the request is logged at once).
+    pub sleep: f64,
+}
+
+impl Default for Behaviour {
+    /// Answer 200 at once, verify nothing.
+    fn default() -> Behaviour {
+        Behaviour { secret: None, fail_first: 0, fail_status: 500, status: 200, sleep: 0.0 }
+    }
+}
+
+impl Behaviour {
+    /// Answer 200 at once and verify signatures with `secret`.
+    pub fn signed(secret: &str) -> Behaviour {
+        Behaviour { secret: Some(secret.to_owned()), ..Behaviour::default() }
+    }
+}
+
+/// One logged request, in arrival order.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub path: String,
+    pub webhook_id: Option<String>,
+    /// `webhook-timestamp` (Unix seconds), None when missing or not a number.
+    pub timestamp: Option<i64>,
+    pub signature: Option<String>,
+    /// The reference verifier accepted the signature; None when the path had
+    /// no secret (or no behaviour) when the request arrived.
+    pub verified: Option<bool>,
+    /// Why verification failed.
+    pub verify_error: Option<String>,
+    pub content_type: Option<String>,
+    /// The body as sent; None when it was refused as too large (413).
+    pub raw_body: Option<String>,
+    /// The body parsed as JSON (Null when it is not JSON).
+    pub body: serde_json::Value,
+    /// Arrival, Unix seconds (the receiver's `time.time()`).
+    pub received_at: f64,
+    /// The status the receiver answered (or would have, had the sender waited).
+    pub status: u16,
+}
+
+impl Request {
+    /// The positions the body carries: one for a single event (an object),
+    /// each element's for a batch (an array).
+    pub fn positions(&self) -> Vec<i64> {
+        let position = |event: &serde_json::Value| {
+            event["position"].as_i64().unwrap_or_else(|| panic!("an event without a position: {event}"))
+        };
+        match &self.body {
+            serde_json::Value::Array(events) => events.iter().map(position).collect(),
+            serde_json::Value::Object(_) => vec![position(&self.body)],
+            other => panic!("a body that is neither an event nor a batch: {other}"),
+        }
+    }
+
+    pub fn succeeded(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    fn parse(line: &str) -> Option<Request> {
+        let v: serde_json::Value = serde_json::from_str(line).ok()?;
+        let text = |key: &str| v[key].as_str().map(str::to_owned);
+        let raw_body = text("body");
+        Some(Request {
+            path: text("path")?,
+            webhook_id: text("webhook_id"),
+            timestamp: v["webhook_timestamp"].as_str().and_then(|t| t.parse().ok()),
+            signature: text("webhook_signature"),
+            verified: v["verified"].as_bool(),
+            verify_error: text("verify_error"),
+            content_type: text("content_type"),
+            body: raw_body.as_deref().and_then(|b| serde_json::from_str(b).ok()).unwrap_or_default(),
+            raw_body,
+            received_at: v["received_at"].as_f64()?,
+            status: v["status"].as_u64()? as u16,
+        })
+    }
+}
+
+/// tests/webhook_receiver.py on 127.0.0.1, with its configuration and log in
+/// a directory of its own in the scratch directory (kept when the test
+/// panics, for the post-mortem; removed otherwise).
+pub struct Receiver {
+    dir: PathBuf,
+    pub port: u16,
+    child: Mutex<Option<Child>>,
+    config: Mutex<BTreeMap<String, Behaviour>>,
+}
+
+impl Receiver {
+    /// Start one on a free port and wait until it accepts connections.
+    pub fn start() -> Receiver {
+        let dir = PathBuf::from(env("LITEBASE_STREAMS_SCRATCH_DIR")).join(format!(
+            "webhook-receiver-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        std::fs::write(dir.join("config.json"), "{}").unwrap();
+        let mut receiver =
+            Receiver { dir, port: 0, child: Mutex::new(None), config: Mutex::new(BTreeMap::new()) };
+        receiver.port = receiver.spawn(0);
+        receiver
+    }
+
+    /// `http://127.0.0.1:<port><path>`; `path` starts with `/`.
+    pub fn url(&self, path: &str) -> String {
+        assert!(path.starts_with('/'), "a URL path starts with /: {path:?}");
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Set how `path` answers from the next request on.
+    pub fn configure(&self, path: &str, behaviour: Behaviour) {
+        let mut config = self.config.lock().unwrap_or_else(|p| p.into_inner());
+        config.insert(path.to_owned(), behaviour);
+        let json: serde_json::Map<String, serde_json::Value> = config
+            .iter()
+            .map(|(path, b)| {
+                let value = serde_json::json!({
+                    "secret": b.secret, "fail_first": b.fail_first, "fail_status": b.fail_status,
+                    "status": b.status, "sleep": b.sleep,
+                });
+                (path.clone(), value)
+            })
+            .collect();
+        // The receiver reads the file on every request: replace it whole.
+        let tmp = self.dir.join("config.json.tmp");
+        std::fs::write(&tmp, serde_json::Value::Object(json).to_string()).unwrap();
+        std::fs::rename(&tmp, self.dir.join("config.json")).unwrap();
+    }
+
+    /// Every request to `path` so far, in arrival order.
+    pub fn requests(&self, path: &str) -> Vec<Request> {
+        let log = match File::open(self.dir.join("requests.jsonl")) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+            Err(e) => panic!("the receiver's log: {e}"),
+        };
+        // A line being written right now may be incomplete: parse() skips it.
+        BufReader::new(log)
+            .lines()
+            .map_while(Result::ok)
+            .filter_map(|line| Request::parse(&line))
+            .filter(|r| r.path == path)
+            .collect()
+    }
+
+    /// The positions of the requests to `path` answered 2xx, in arrival order
+    /// (a sleep past the sender's timeout still counts here).
+    pub fn delivered(&self, path: &str) -> Vec<i64> {
+        self.requests(path).iter().filter(|r| r.succeeded()).flat_map(Request::positions).collect()
+    }
+
+    /// Wait until at least `count` positions were answered 2xx on `path`; those.
+    pub fn wait_for_delivered(&self, path: &str, count: usize, timeout: Duration) -> Vec<i64> {
+        let mut got = Vec::new();
+        wait_until(&format!("{count} events are delivered to {path}"), timeout, || {
+            got = self.delivered(path);
+            got.len() >= count
+        });
+        got
+    }
+
+    /// Kill it (SIGKILL: every logged line is already flushed); connections
+    /// to its port are refused until [`Receiver::start_again`].
+    pub fn stop(&self) {
+        if let Some(mut child) = self.child.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Start it again on the same port, with the same configuration and log.
+    pub fn start_again(&self) {
+        assert!(self.child.lock().unwrap_or_else(|p| p.into_inner()).is_none(), "the receiver still runs");
+        self.spawn(self.port);
+    }
+
+    /// Its stderr so far (a Python traceback, if it died).
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr.txt")).unwrap_or_default()
+    }
+
+    /// Run the receiver on `port` (0: a free one) and wait for its
+    /// `listening on <port>` line; the port.
+    fn spawn(&self, port: u16) -> u16 {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/webhook_receiver.py");
+        let stderr = File::options().create(true).append(true).open(self.dir.join("stderr.txt")).unwrap();
+        let mut child = Command::new(python())
+            .arg(script)
+            .arg("--port")
+            .arg(port.to_string())
+            .arg("--config")
+            .arg(self.dir.join("config.json"))
+            .arg("--log")
+            .arg(self.dir.join("requests.jsonl"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("tests/webhook_receiver.py starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
+        let bound = line.strip_prefix("listening on ").and_then(|p| p.trim().parse::<u16>().ok());
+        let Some(bound) = bound else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("tests/webhook_receiver.py did not start on port {port}:\n{}", self.stderr());
+        };
+        *self.child.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
+        bound
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.stop();
+        if std::thread::panicking() {
+            eprintln!("webhook receiver's configuration and log kept in {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The Python of `target/webhook-venv`, with tests/requirements.txt
+/// installed. Made once per test binary (OnceLock: threads wait for the first)
+/// and by one binary at a time (an flock on `target/webhook-venv.lock`); a
+/// venv whose recorded requirements differ from the file's is made anew.
+pub fn python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let venv = root.join("target/webhook-venv");
+        let python = venv.join("bin/python");
+        let requirements = root.join("tests/requirements.txt");
+        let wanted = std::fs::read_to_string(&requirements).expect("tests/requirements.txt");
+        // What was installed, written last: a venv without it is unfinished.
+        let marker = venv.join("installed-requirements.txt");
+
+        std::fs::create_dir_all(root.join("target")).unwrap();
+        let lock = File::create(root.join("target/webhook-venv.lock")).unwrap();
+        lock.lock().expect("flock target/webhook-venv.lock");
+        if std::fs::read_to_string(&marker).ok().as_deref() != Some(wanted.as_str()) {
+            let _ = std::fs::remove_dir_all(&venv);
+            let out = Command::new("python3").arg("-m").arg("venv").arg(&venv).output().expect("python3 runs");
+            assert!(
+                out.status.success(),
+                "python3 -m venv {} failed (Debian: install python3-venv, `make setup` does):\n{}",
+                venv.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let out = Command::new(&python)
+                .args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "-r"])
+                .arg(&requirements)
+                .output()
+                .expect("the venv's python runs");
+            assert!(
+                out.status.success(),
+                "pip install -r tests/requirements.txt into {} failed (the webhook tests need PyPI):\n{}{}",
+                venv.display(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::fs::write(&marker, &wanted).unwrap();
+        }
+        drop(lock); // closing the file releases the flock
+        python
+    })
+}
