@@ -1,0 +1,107 @@
+//! Who a request runs as: the `role` claim of an HS256 JWT (from
+//! `Authorization: Bearer`, or the `access_token` query parameter for
+//! browsers, whose EventSource and WebSocket cannot set headers), or the
+//! anonymous role when one is configured. Tokens are never logged.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::http::{header, HeaderMap};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Claims {
+    pub role: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exp: Option<u64>,
+}
+
+pub struct Auth {
+    key: Option<DecodingKey>,
+    validation: Validation,
+    anonymous: Option<String>,
+}
+
+impl Auth {
+    pub fn new(secret: Option<&str>, anonymous: Option<String>) -> Auth {
+        let mut validation = Validation::new(Algorithm::HS256);
+        // `exp` is checked when present; tokens for services may go without.
+        validation.required_spec_claims.clear();
+        validation.validate_aud = false;
+        validation.leeway = 5;
+        Auth { key: secret.map(|s| DecodingKey::from_secret(s.as_bytes())), validation, anonymous }
+    }
+
+    /// The role of a request, or 401.
+    pub fn role(&self, headers: &HeaderMap, query_token: Option<&str>) -> Result<String, ApiError> {
+        let bearer = match headers.get(header::AUTHORIZATION) {
+            Some(value) => {
+                let value = value.to_str().map_err(|_| ApiError::unauthorized("malformed Authorization header"))?;
+                let token = value
+                    .strip_prefix("Bearer ")
+                    .or_else(|| value.strip_prefix("bearer "))
+                    .ok_or_else(|| ApiError::unauthorized("Authorization must be: Bearer <token>"))?;
+                Some(token.trim())
+            }
+            None => None,
+        };
+        let Some(token) = bearer.or(query_token.filter(|t| !t.is_empty())) else {
+            return self
+                .anonymous
+                .clone()
+                .ok_or_else(|| ApiError::unauthorized("no token (Authorization: Bearer <JWT>)"));
+        };
+        let key =
+            self.key.as_ref().ok_or_else(|| ApiError::unauthorized("this gateway accepts no tokens (no secret)"))?;
+        let claims = jsonwebtoken::decode::<Claims>(token, key, &self.validation)
+            .map_err(|e| ApiError::unauthorized(format!("invalid token: {e}")))?
+            .claims;
+        if claims.role.is_empty() || claims.role.len() > 63 || claims.role.contains('\0') {
+            return Err(ApiError::unauthorized("invalid token: bad role claim"));
+        }
+        Ok(claims.role)
+    }
+}
+
+/// A token for `role`, valid for `expires_in` seconds.
+pub fn mint(secret: &str, role: &str, expires_in: u64) -> String {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_secs();
+    let claims = Claims { role: role.to_owned(), exp: Some(now + expires_in) };
+    jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(secret.as_bytes()))
+        .expect("HS256 signing does not fail")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(token: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, format!("Bearer {token}").parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn tokens_name_roles_and_bad_ones_are_refused() {
+        let auth = Auth::new(Some("s3cret"), None);
+        assert_eq!(auth.role(&headers(&mint("s3cret", "app", 60)), None).unwrap(), "app");
+        assert_eq!(auth.role(&HeaderMap::new(), Some(&mint("s3cret", "web", 60))).unwrap(), "web");
+        assert_eq!(auth.role(&headers(&mint("other", "app", 60)), None).unwrap_err().status, 401);
+        assert_eq!(auth.role(&headers("garbage"), None).unwrap_err().status, 401);
+        assert_eq!(auth.role(&HeaderMap::new(), None).unwrap_err().status, 401);
+        let expired = {
+            let claims = Claims { role: "app".into(), exp: Some(1) };
+            jsonwebtoken::encode(&Header::default(), &claims, &EncodingKey::from_secret(b"s3cret")).unwrap()
+        };
+        assert_eq!(auth.role(&headers(&expired), None).unwrap_err().status, 401);
+    }
+
+    #[test]
+    fn anonymous_role_only_without_a_token() {
+        let auth = Auth::new(Some("s3cret"), Some("anon".into()));
+        assert_eq!(auth.role(&HeaderMap::new(), None).unwrap(), "anon");
+        assert_eq!(auth.role(&headers("garbage"), None).unwrap_err().status, 401);
+    }
+}

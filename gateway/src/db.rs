@@ -1,0 +1,231 @@
+//! The gateway's database side: a small pool on the primary (and optionally
+//! one on a hot standby for catch-up reads), and every query a request needs,
+//! each in its own transaction that first switches to the request's role with
+//! `set_config('role', $1, true)` (`SET LOCAL ROLE` with the name as a bound
+//! parameter: no quoting, no injection). The extension's privileges then
+//! decide: row-level security on the log for reading, publish's check for
+//! writing. Statements are parameterized and prepared once per connection.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transaction};
+use tokio_postgres::{IsolationLevel, NoTls};
+
+use crate::error::ApiError;
+use crate::event::Event;
+use crate::metrics;
+use crate::pattern::Selector;
+
+/// Where a replay starts: replay's `after`, `since` or `from_tx`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    After(i64),
+    Since(String),
+    FromTx(String),
+}
+
+/// One catch-up page, read in one snapshot with the horizon it saw.
+pub struct Page {
+    pub events: Vec<Arc<Event>>,
+    pub horizon: i64,
+    pub worker_pid: Option<i32>,
+}
+
+/// Which server a read goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    Primary,
+    /// The replica when one is configured, else the primary.
+    Reader,
+}
+
+#[derive(Clone)]
+pub struct Db {
+    primary: Pool,
+    replica: Option<Pool>,
+    pub listen_config: tokio_postgres::Config,
+}
+
+const REPLAY: &str = r#"SELECT e.position, e.stream,
+       coalesce(pg_catalog.to_char(e."time" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), ''),
+       e.tx::text::bigint, e.data::text
+FROM streams.replay(stream => $1, after => $2, since => $3::text::timestamptz,
+                    from_tx => $4::text::xid8, max_events => $5) e"#;
+
+const HORIZON: &str = "SELECT streams.horizon(), streams.worker_pid()";
+
+/// The names of the streams between two bounds, one index probe each (a
+/// loose scan of (stream, position)), as the reader sees them.
+const STREAM_NAMES: &str = r#"WITH RECURSIVE s(stream) AS (
+    SELECT (SELECT pg_catalog.min(e.stream) FROM streams.event_log e WHERE e.stream >= $1 AND e.stream < $2)
+    UNION ALL
+    SELECT (SELECT pg_catalog.min(e.stream) FROM streams.event_log e WHERE e.stream > s.stream AND e.stream < $2)
+    FROM s WHERE s.stream IS NOT NULL
+) SELECT s.stream::text FROM s WHERE s.stream IS NOT NULL LIMIT 10000"#;
+
+fn config(url: &str, query_timeout_secs: u64) -> Result<tokio_postgres::Config, String> {
+    let mut config = tokio_postgres::Config::from_str(url).map_err(|e| format!("bad database URL: {e}"))?;
+    config.application_name("litebase-streams-gateway");
+    // Custom plans: replay's arguments fold to constants only with literal
+    // values, and a generic plan of it can scan far more than a page.
+    let timeout = format!("-c statement_timeout={}s -c plan_cache_mode=force_custom_plan", query_timeout_secs);
+    config.options(&timeout);
+    config.connect_timeout(std::time::Duration::from_secs(5));
+    Ok(config)
+}
+
+fn pool(config: tokio_postgres::Config, size: usize) -> Result<Pool, String> {
+    let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    Pool::builder(manager)
+        .max_size(size.max(1))
+        .wait_timeout(Some(std::time::Duration::from_secs(10)))
+        .create_timeout(Some(std::time::Duration::from_secs(5)))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+impl Db {
+    pub fn new(cfg: &crate::config::Config) -> Result<Db, String> {
+        let primary = config(&cfg.database_url, cfg.query_timeout_secs)?;
+        let replica = match &cfg.replica_url {
+            Some(url) => Some(pool(config(url, cfg.query_timeout_secs)?, cfg.pool_size)?),
+            None => None,
+        };
+        Ok(Db { primary: pool(primary.clone(), cfg.pool_size)?, replica, listen_config: primary })
+    }
+
+    fn pool(&self, server: Server) -> &Pool {
+        match (server, &self.replica) {
+            (Server::Reader, Some(replica)) => replica,
+            _ => &self.primary,
+        }
+    }
+
+    /// Connections the pools hold (for /metrics).
+    pub fn connections(&self) -> usize {
+        self.primary.status().size + self.replica.as_ref().map_or(0, |p| p.status().size)
+    }
+
+    /// One replay page as `role`, with the horizon of the same snapshot.
+    pub async fn replay_page(
+        &self,
+        server: Server,
+        role: &str,
+        pattern: &str,
+        start: &Start,
+        limit: i32,
+    ) -> Result<Page, ApiError> {
+        let timer = Instant::now();
+        let mut client = self.pool(server).get().await?;
+        let tx = begin(&mut client, role, true).await?;
+        let horizon_stmt = tx.prepare_cached(HORIZON).await?;
+        let row = tx.query_one(&horizon_stmt, &[]).await?;
+        let (horizon, worker_pid): (i64, Option<i32>) = (row.get(0), row.get(1));
+        let (after, since, from_tx) = match start {
+            Start::After(p) => (Some(*p), None, None),
+            Start::Since(t) => (None, Some(t.as_str()), None),
+            Start::FromTx(x) => (None, None, Some(x.as_str())),
+        };
+        let stmt = tx.prepare_cached(REPLAY).await?;
+        let rows = tx.query(&stmt, &[&pattern, &after, &since, &from_tx, &limit]).await?;
+        tx.commit().await?;
+        let events =
+            rows.iter().map(|r| Arc::new(Event::new(r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))).collect();
+        metrics::query_seconds("replay", timer);
+        Ok(Page { events, horizon, worker_pid })
+    }
+
+    /// The read grants of `role`: whether it reads everything, and the names
+    /// and patterns granted to it.
+    pub async fn read_grants(&self, server: Server, role: &str) -> Result<(bool, Vec<String>), ApiError> {
+        let timer = Instant::now();
+        let mut client = self.pool(server).get().await?;
+        let tx = begin(&mut client, role, true).await?;
+        let stmt = tx.prepare_cached("SELECT streams._reads_all(), streams._read_patterns()").await?;
+        let row = tx.query_one(&stmt, &[]).await?;
+        tx.commit().await?;
+        metrics::query_seconds("grants", timer);
+        Ok((row.get(0), row.get(1)))
+    }
+
+    /// The streams `selector` selects that `role` can see, and the horizon.
+    pub async fn stream_names(&self, role: &str, selector: &Selector) -> Result<(Vec<String>, i64), ApiError> {
+        let timer = Instant::now();
+        let mut client = self.primary.get().await?;
+        let tx = begin(&mut client, role, true).await?;
+        let (low, high) = match selector {
+            Selector::Exact(name) => (name.clone(), format!("{name}\u{1}")),
+            Selector::Prefix(prefix) => {
+                let mut high = prefix.clone().into_bytes();
+                *high.last_mut().expect("a prefix is not empty") += 1;
+                (prefix.clone(), String::from_utf8(high).expect("names are ASCII"))
+            }
+            // Every name starts with a letter, digit or '_', all below '~'.
+            Selector::All => (String::new(), "~".to_owned()),
+        };
+        let horizon_stmt = tx.prepare_cached(HORIZON).await?;
+        let horizon: i64 = tx.query_one(&horizon_stmt, &[]).await?.get(0);
+        let stmt = tx.prepare_cached(STREAM_NAMES).await?;
+        let names = tx.query(&stmt, &[&low, &high]).await?.iter().map(|r| r.get(0)).collect();
+        tx.commit().await?;
+        metrics::query_seconds("stream_names", timer);
+        Ok((names, horizon))
+    }
+
+    /// Publish `data` (JSON text) to `stream` as `role`; its position.
+    pub async fn publish(&self, role: &str, stream: &str, data: &str) -> Result<i64, ApiError> {
+        let timer = Instant::now();
+        let mut client = self.primary.get().await?;
+        let tx = begin(&mut client, role, false).await?;
+        let stmt = tx.prepare_cached("SELECT streams.publish($1, $2::text::jsonb)").await?;
+        let position: i64 = tx.query_one(&stmt, &[&stream, &data]).await?.get(0);
+        tx.commit().await?;
+        metrics::query_seconds("publish", timer);
+        Ok(position)
+    }
+
+    /// The pid of this database's worker, if one runs (any role may see it in pg_stat_activity).
+    pub async fn health(&self) -> Result<Option<i32>, ApiError> {
+        let client = self.primary.get().await?;
+        let row = client
+            .query_one(
+                "SELECT (SELECT a.pid FROM pg_catalog.pg_stat_activity a WHERE a.backend_type = 'litebase_streams worker' \
+                 AND a.datname = pg_catalog.current_database() LIMIT 1)",
+                &[],
+            )
+            .await?;
+        Ok(row.get(0))
+    }
+}
+
+/// A transaction as `role`. Read-only ones are REPEATABLE READ, so the
+/// horizon and the page come from one snapshot. A role that does not exist
+/// is a bad token (401); one the gateway may not become is 403.
+async fn begin<'a>(
+    client: &'a mut deadpool_postgres::Object,
+    role: &str,
+    read_only: bool,
+) -> Result<Transaction<'a>, ApiError> {
+    let isolation = if read_only { IsolationLevel::RepeatableRead } else { IsolationLevel::ReadCommitted };
+    let tx = client.build_transaction().isolation_level(isolation).read_only(read_only).start().await?;
+    let stmt = tx.prepare_cached("SELECT pg_catalog.set_config('role', $1, true)").await?;
+    if let Err(e) = tx.execute(&stmt, &[&role]).await {
+        let mut err = ApiError::from_db(&e);
+        match err.sqlstate.as_deref() {
+            Some("22023") => {
+                err.status = axum::http::StatusCode::UNAUTHORIZED;
+                err.error = "the token's role does not exist".into();
+            }
+            Some("42501") => {
+                err.status = axum::http::StatusCode::FORBIDDEN;
+                err.error = "the gateway's database role is not a member of the token's role".into();
+            }
+            _ => {}
+        }
+        return Err(err);
+    }
+    Ok(tx)
+}

@@ -1,0 +1,127 @@
+//! One event as the gateway sends it, encoded once and shared by every client
+//! that receives it (an `Arc<Event>` in each client's queue).
+//!
+//! The JSON is the notification payload's shape without its delivery fields
+//! (`prev`, `truncated`, `private`): `{"position":…,"stream":…,"time":…,"tx":…,"data":…}`,
+//! compact, `data` always present and byte-for-byte what the payload would
+//! carry (numbers as stored: 49.00 stays 49.00), whether the event came from a
+//! replay page or from a notification.
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+#[derive(Debug)]
+pub struct Event {
+    pub position: i64,
+    /// The event as JSON.
+    pub json: String,
+    /// Its Server-Sent Events frame: `id:`, `event:`, `data:`.
+    pub sse: Bytes,
+}
+
+impl Event {
+    /// From its parts; `data` is JSON text (compacted here).
+    pub fn new(position: i64, stream: String, time: &str, tx: i64, data: &str) -> Event {
+        let json = format!(
+            r#"{{"position":{position},"stream":{},"time":{},"tx":{tx},"data":{}}}"#,
+            serde_json::to_string(&stream).expect("a string serialises"),
+            serde_json::to_string(time).expect("a string serialises"),
+            compact_json(data)
+        );
+        let sse = Bytes::from(format!("id: {position}\nevent: {stream}\ndata: {json}\n\n"));
+        Event { position, json, sse }
+    }
+
+    /// The WebSocket message for a subscription to `pattern_json` (the
+    /// pattern as a JSON string): the event's fields after `type` and `subscription`.
+    pub fn ws_message(&self, pattern_json: &str) -> String {
+        format!(r#"{{"type":"event","subscription":{pattern_json},{}"#, &self.json[1..])
+    }
+}
+
+/// A notification payload (src/notify.rs), as far as the gateway reads it.
+#[derive(Debug, Deserialize)]
+pub struct Payload<'a> {
+    pub position: i64,
+    #[serde(borrow)]
+    pub stream: &'a str,
+    pub time: &'a str,
+    pub tx: i64,
+    #[serde(default)]
+    pub prev: Option<i64>,
+    #[serde(default, borrow)]
+    pub data: Option<&'a RawValue>,
+    #[serde(default)]
+    pub truncated: bool,
+    #[serde(default)]
+    pub private: bool,
+}
+
+impl Payload<'_> {
+    /// The event, when the payload carries it whole (not private, not truncated).
+    pub fn event(&self) -> Option<Event> {
+        if self.private || self.truncated {
+            return None;
+        }
+        let data = self.data?;
+        Some(Event::new(self.position, self.stream.to_owned(), self.time, self.tx, data.get()))
+    }
+}
+
+/// Drop insignificant whitespace (jsonb's output puts a space after `:` and
+/// `,`), leaving string contents untouched: the worker's compaction.
+pub fn compact_json(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !c.is_ascii_whitespace() {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replayed_and_notified_events_encode_alike() {
+        let replayed =
+            Event::new(7, "p.s".into(), "2026-11-30T00:00:00.000001Z", 812, r#"{"amount": 49.00, "s": "a, b"}"#);
+        let payload = r#"{"position":7,"stream":"p.s","time":"2026-11-30T00:00:00.000001Z","tx":812,"prev":3,"data":{"amount":49.00,"s":"a, b"}}"#;
+        let notified = serde_json::from_str::<Payload>(payload).unwrap().event().unwrap();
+        assert_eq!(replayed.json, notified.json);
+        assert_eq!(
+            replayed.json,
+            r#"{"position":7,"stream":"p.s","time":"2026-11-30T00:00:00.000001Z","tx":812,"data":{"amount":49.00,"s":"a, b"}}"#
+        );
+        assert_eq!(
+            std::str::from_utf8(&replayed.sse).unwrap(),
+            format!("id: 7\nevent: p.s\ndata: {}\n\n", replayed.json)
+        );
+        assert!(replayed.ws_message("\"p.*\"").starts_with(r#"{"type":"event","subscription":"p.*","position":7,"#));
+    }
+
+    #[test]
+    fn private_and_truncated_payloads_carry_no_event() {
+        for p in [
+            r#"{"position":1,"stream":"s","time":"t","tx":1,"prev":0,"private":true}"#,
+            r#"{"position":1,"stream":"s","time":"t","tx":1,"prev":0,"truncated":true}"#,
+        ] {
+            assert!(serde_json::from_str::<Payload>(p).unwrap().event().is_none());
+        }
+    }
+}

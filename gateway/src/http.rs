@@ -1,0 +1,246 @@
+//! The HTTP routes: SSE and JSON pages of a pattern, publish, health,
+//! metrics, and the JSON errors of everything else.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use tokio::sync::{mpsc, Notify};
+
+use crate::auth::Auth;
+use crate::db::{Server, Start};
+use crate::error::ApiError;
+use crate::hub::Hub;
+use crate::subscription::{check_read, End, Subscription};
+use crate::{metrics, pattern, ws};
+
+pub struct App {
+    pub hub: Arc<Hub>,
+    pub auth: Auth,
+    connections: AtomicUsize,
+}
+
+/// The kill switch of the TCP connection a request came on (main.rs): the
+/// fan-out pulls it when the client falls behind its buffer, and the
+/// connection is closed whether or not the client reads.
+#[derive(Clone)]
+pub struct ConnKill(pub Arc<Notify>);
+
+#[derive(Debug, Default, Deserialize)]
+pub struct EventsQuery {
+    after: Option<String>,
+    since: Option<String>,
+    from_tx: Option<String>,
+    max_events: Option<String>,
+    pub access_token: Option<String>,
+}
+
+pub fn router(hub: Arc<Hub>, auth: Auth) -> Router {
+    let max_body = hub.cfg.max_body_bytes;
+    let app = Arc::new(App { hub, auth, connections: AtomicUsize::new(0) });
+    Router::new()
+        .route("/v1/streams/{pattern}/events", get(events).post(publish))
+        .route("/v1/ws", get(ws::upgrade))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(render_metrics))
+        .fallback(|| async { ApiError::not_found() })
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(app)
+}
+
+/// Counts an SSE or WebSocket connection while it lives.
+pub struct ConnGuard {
+    app: Arc<App>,
+    gauge: &'static ::metrics::Gauge,
+}
+
+impl ConnGuard {
+    pub fn new(app: &Arc<App>, websocket: bool) -> Result<ConnGuard, ApiError> {
+        if app.connections.fetch_add(1, Ordering::Relaxed) >= app.hub.cfg.max_connections {
+            app.connections.fetch_sub(1, Ordering::Relaxed);
+            return Err(ApiError::unavailable("too many connections (--max-connections)"));
+        }
+        let m = metrics::get();
+        let gauge = if websocket { &m.ws_connections } else { &m.sse_connections };
+        gauge.increment(1.0);
+        Ok(ConnGuard { app: app.clone(), gauge })
+    }
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.app.connections.fetch_sub(1, Ordering::Relaxed);
+        self.gauge.decrement(1.0);
+    }
+}
+
+fn query<T: Default>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    q.map(|Query(q)| q).map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))
+}
+
+/// Where to start: `Last-Event-ID` wins over `after`, `since` and `from_tx`
+/// (at most one of those); none is the beginning, as in replay.
+pub fn start_of(
+    last_event_id: Option<&str>,
+    after: Option<&str>,
+    since: Option<&str>,
+    from_tx: Option<&str>,
+) -> Result<Start, ApiError> {
+    let bad = |what: String| ApiError { sqlstate: Some("22023".into()), ..ApiError::bad_request(what) };
+    let position = |text: &str, what: &str| {
+        text.trim().parse::<i64>().map_err(|_| bad(format!("{what} must be a position (an integer), not {text:?}")))
+    };
+    if let Some(id) = last_event_id.filter(|id| !id.is_empty()) {
+        return position(id, "Last-Event-ID").map(Start::After);
+    }
+    match (after, since, from_tx) {
+        (None, None, None) => Ok(Start::After(0)),
+        (Some(a), None, None) => position(a, "after").map(Start::After),
+        (None, Some(s), None) => Ok(Start::Since(s.to_owned())),
+        (None, None, Some(x)) => Ok(Start::FromTx(x.to_owned())),
+        _ => Err(bad("give at most one of after, since and from_tx".into())),
+    }
+}
+
+async fn events(
+    State(app): State<Arc<App>>,
+    Path(pattern): Path<String>,
+    headers: HeaderMap,
+    q: Result<Query<EventsQuery>, QueryRejection>,
+    kill: Option<axum::Extension<ConnKill>>,
+) -> Result<Response, ApiError> {
+    let q = query(q)?;
+    let role = app.auth.role(&headers, q.access_token.as_deref())?;
+    let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+    let start = start_of(last_event_id, q.after.as_deref(), q.since.as_deref(), q.from_tx.as_deref())?;
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !accept.contains("text/event-stream") {
+        return page(&app, &role, &pattern, &start, q.max_events.as_deref()).await;
+    }
+    let guard = ConnGuard::new(&app, false)?;
+    let kill = kill.map(|k| k.0 .0.clone()).unwrap_or_default();
+    let sub = Subscription::open(&app.hub, &role, &pattern, start, kill).await?;
+    let (body_tx, body_rx) = mpsc::channel::<Bytes>(4);
+    tokio::spawn(pump_sse(sub, body_tx, app.hub.cfg.heartbeat(), guard));
+    let body = futures_util::stream::unfold(body_rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (Ok::<_, Infallible>(chunk), rx))
+    });
+    Ok(Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no")
+        .body(Body::from_stream(body))
+        .expect("static headers are valid"))
+}
+
+/// Frames to the response body: `retry:` first, then events and `: ping`
+/// heartbeats. The frames are the events' own (encoded once for every
+/// client) rather than axum's `Sse`, which would encode each event per client.
+async fn pump_sse(mut sub: Subscription, body: mpsc::Sender<Bytes>, heartbeat: std::time::Duration, _guard: ConnGuard) {
+    const PING: Bytes = Bytes::from_static(b": ping\n\n");
+    if body.send(Bytes::from_static(b"retry: 1000\n\n")).await.is_err() {
+        return;
+    }
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
+    loop {
+        let frame = tokio::select! {
+            next = sub.next() => match next {
+                Ok((event, _)) => event.sse.clone(),
+                Err(End::Dropped) => return,
+                Err(End::Error(e)) => {
+                    tracing::debug!(error = %e.error, "SSE subscription ended");
+                    return;
+                }
+            },
+            _ = ping.tick() => PING,
+            _ = body.closed() => return,
+        };
+        if body.send(frame).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// One replay page as a JSON array.
+async fn page(
+    app: &App,
+    role: &str,
+    pattern: &str,
+    start: &Start,
+    max_events: Option<&str>,
+) -> Result<Response, ApiError> {
+    let cfg = &app.hub.cfg;
+    let limit = match max_events {
+        None => cfg.page_size,
+        Some(text) => match text.parse::<i32>() {
+            Ok(n) if (0..=cfg.max_page_size).contains(&n) => n,
+            _ => {
+                return Err(ApiError {
+                    sqlstate: Some("22023".into()),
+                    ..ApiError::bad_request(format!("max_events must be 0 to {}", cfg.max_page_size))
+                })
+            }
+        },
+    };
+    let selector =
+        pattern::parse(pattern).map_err(|e| ApiError { sqlstate: Some("22023".into()), ..ApiError::bad_request(e) })?;
+    check_read(&app.hub, role, pattern, &selector).await?;
+    let page = app.hub.db.replay_page(Server::Reader, role, pattern, start, limit).await?;
+    let mut body = String::with_capacity(page.events.iter().map(|e| e.json.len() + 1).sum::<usize>() + 2);
+    body.push('[');
+    for (i, event) in page.events.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&event.json);
+    }
+    body.push(']');
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+async fn publish(
+    State(app): State<Arc<App>>,
+    Path(stream): Path<String>,
+    headers: HeaderMap,
+    q: Result<Query<EventsQuery>, QueryRejection>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let q = query(q)?;
+    let role = app.auth.role(&headers, q.access_token.as_deref())?;
+    pattern::validate_stream_name(&stream)
+        .map_err(|e| ApiError { sqlstate: Some("22023".into()), ..ApiError::bad_request(e) })?;
+    let text = std::str::from_utf8(&body).map_err(|_| ApiError::bad_request("the body is not UTF-8"))?;
+    if let Err(e) = serde_json::from_str::<&serde_json::value::RawValue>(text) {
+        return Err(ApiError {
+            sqlstate: Some("22P02".into()),
+            ..ApiError::bad_request(format!("the body is not JSON: {e}"))
+        });
+    }
+    let position = app.hub.db.publish(&role, &stream, text).await?;
+    Ok((StatusCode::CREATED, Json(serde_json::json!({ "position": position }))))
+}
+
+async fn healthz(State(app): State<Arc<App>>) -> Result<Json<serde_json::Value>, ApiError> {
+    match app.hub.db.health().await? {
+        Some(pid) => Ok(Json(serde_json::json!({
+            "status": "ok",
+            "worker_pid": pid,
+            "listening": app.hub.listening.load(Ordering::Relaxed),
+        }))),
+        None => Err(ApiError::unavailable("no litebase_streams worker runs for this database")),
+    }
+}
+
+async fn render_metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
+    let listening = app.hub.listening.load(Ordering::Relaxed) as usize;
+    metrics::get().db_connections.set((app.hub.db.connections() + listening) as f64);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::render())
+}

@@ -1,0 +1,524 @@
+//! The fan-out: one LISTEN connection for the whole gateway, and one topic
+//! per (role, pattern) that clients subscribe to.
+//!
+//! Invariant (no gap, no duplicate): a topic has a `tail`, and it has sent
+//! its clients every event of its pattern that its role may read and whose
+//! position lies above the tail it had when they registered, in position
+//! order, once. It moves the tail only by sending an event, or to the horizon
+//! of a snapshot in which a replay from the tail came back short (every
+//! matching event up to that horizon was then sent). A client registers
+//! first, then catches up by replay until a short page from a snapshot whose
+//! horizon reaches the tail it registered at; it forwards only positions
+//! above the last one it sent. The two together miss nothing and repeat
+//! nothing.
+//!
+//! How the topic learns of events: a notification on one of its streams'
+//! channels wakes it. It forwards the payload without a query only when all
+//! of these hold: the sender is the worker (`streams.worker_pid()`, see
+//! docs/security.md), the topic names one stream, the payload carries the
+//! data (not private, not truncated), and its `prev` (the stream's previous
+//! event) is at or below the tail, so nothing of the stream was missed.
+//! Anything else (a forged or unverified notification, a gap, a private or
+//! truncated event, a pattern topic) makes the topic replay from its tail as
+//! its role instead: one query for all of its clients. A timer replays every
+//! `--poll-interval-ms` too, which finds the first events of streams a
+//! pattern had not met (their channels are LISTENed from then on), and
+//! after a lost LISTEN connection every topic replays once it is back.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio_postgres::{AsyncMessage, NoTls};
+use tracing::{debug, info, warn};
+
+use crate::config::Config;
+use crate::db::{Db, Server, Start};
+use crate::error::ApiError;
+use crate::event::{Event, Payload};
+use crate::metrics;
+use crate::pattern::Selector;
+
+/// A topic without clients for this long is dropped.
+const TOPIC_IDLE: Duration = Duration::from_secs(10);
+/// How often a topic checks that its role may still read its pattern.
+const PRIVILEGE_RECHECK: Duration = Duration::from_secs(10);
+/// Most notifications a topic keeps unread; past that it drops them and replays.
+const INBOX_LIMIT: usize = 10_000;
+
+pub struct Hub {
+    pub cfg: Config,
+    pub db: Db,
+    topics: Mutex<HashMap<(String, String), Arc<Topic>>>,
+    listen: mpsc::UnboundedSender<ListenRequest>,
+    /// The worker's pid as the last replay read it (0: not known yet).
+    worker_pid: AtomicI32,
+    pub listening: std::sync::atomic::AtomicBool,
+    next_client: AtomicU64,
+}
+
+struct ListenRequest {
+    channel: String,
+    done: oneshot::Sender<()>,
+}
+
+/// A client's place in a topic: its queue, the bytes in it, and how to cut
+/// its connection when it falls behind.
+#[derive(Clone)]
+pub struct Slot {
+    id: u64,
+    tx: mpsc::Sender<Arc<Event>>,
+    pub queued: Arc<AtomicUsize>,
+    kill: Arc<Notify>,
+}
+
+struct Note {
+    pid: i32,
+    payload: String,
+}
+
+pub struct Topic {
+    pub role: String,
+    pub pattern: String,
+    /// The pattern as a JSON string, for WebSocket messages.
+    pub pattern_json: String,
+    selector: Selector,
+    state: Mutex<TopicState>,
+    wake: Notify,
+    init: tokio::sync::Mutex<bool>,
+}
+
+struct TopicState {
+    tail: i64,
+    clients: Vec<Slot>,
+    inbox: Vec<Note>,
+    force_replay: bool,
+    idle_since: Option<Instant>,
+    closed: bool,
+}
+
+enum Action {
+    Drop,
+    Forward(Arc<Event>),
+    Replay,
+}
+
+impl Hub {
+    pub fn start(cfg: Config, db: Db) -> Arc<Hub> {
+        let (listen, requests) = mpsc::unbounded_channel();
+        let hub = Arc::new(Hub {
+            cfg,
+            db,
+            topics: Mutex::new(HashMap::new()),
+            listen,
+            worker_pid: AtomicI32::new(0),
+            listening: false.into(),
+            next_client: AtomicU64::new(1),
+        });
+        tokio::spawn(listener(hub.clone(), requests));
+        hub
+    }
+
+    /// A new client slot with its receiving end.
+    pub fn slot(&self, kill: Arc<Notify>) -> (Slot, mpsc::Receiver<Arc<Event>>) {
+        let (tx, rx) = mpsc::channel(self.cfg.client_buffer_events.max(1));
+        let id = self.next_client.fetch_add(1, Ordering::Relaxed);
+        (Slot { id, tx, queued: Arc::new(AtomicUsize::new(0)), kill }, rx)
+    }
+
+    /// Register `slot` with the topic of (role, pattern), creating it if
+    /// needed; the topic's tail at registration.
+    pub async fn register(
+        self: &Arc<Hub>,
+        role: &str,
+        pattern: &str,
+        selector: &Selector,
+        slot: Slot,
+    ) -> Result<(Arc<Topic>, i64), ApiError> {
+        loop {
+            let topic = {
+                let mut topics = self.topics.lock().unwrap();
+                topics
+                    .entry((role.to_owned(), pattern.to_owned()))
+                    .or_insert_with(|| {
+                        metrics::get().topics.increment(1.0);
+                        Arc::new(Topic::new(role, pattern, selector.clone()))
+                    })
+                    .clone()
+            };
+            topic.ensure_started(self).await?;
+            let mut st = topic.state.lock().unwrap();
+            if st.closed {
+                continue; // dropped as idle meanwhile: take a new one
+            }
+            st.clients.push(slot);
+            st.idle_since = None;
+            let tail = st.tail;
+            drop(st);
+            return Ok((topic, tail));
+        }
+    }
+
+    /// LISTEN on a channel (once for the gateway's lifetime).
+    async fn listen(&self, channel: &str) -> Result<(), ApiError> {
+        let (done, wait) = oneshot::channel();
+        self.listen
+            .send(ListenRequest { channel: channel.to_owned(), done })
+            .map_err(|_| ApiError::unavailable("the LISTEN connection is gone"))?;
+        match tokio::time::timeout(Duration::from_secs(10), wait).await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(ApiError::unavailable("database unavailable: LISTEN did not complete")),
+        }
+    }
+
+    fn dispatch(&self, channel: &str, note: Note) {
+        metrics::get().notifications.increment(1);
+        let topics = self.topics.lock().unwrap();
+        for topic in topics.values().filter(|t| t.selector.matches(channel)) {
+            let mut st = topic.state.lock().unwrap();
+            if st.inbox.len() >= INBOX_LIMIT {
+                st.inbox.clear();
+                st.force_replay = true;
+            } else {
+                st.inbox.push(Note { pid: note.pid, payload: note.payload.clone() });
+            }
+            drop(st);
+            topic.wake.notify_one();
+        }
+    }
+
+    /// Every topic replays from its tail (after the LISTEN connection was lost).
+    fn replay_all(&self) {
+        for topic in self.topics.lock().unwrap().values() {
+            topic.state.lock().unwrap().force_replay = true;
+            topic.wake.notify_one();
+        }
+    }
+
+    fn note_worker_pid(&self, pid: Option<i32>) {
+        if let Some(pid) = pid {
+            self.worker_pid.store(pid, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Topic {
+    fn new(role: &str, pattern: &str, selector: Selector) -> Topic {
+        Topic {
+            role: role.to_owned(),
+            pattern: pattern.to_owned(),
+            pattern_json: serde_json::to_string(pattern).expect("a string serialises"),
+            selector,
+            state: Mutex::new(TopicState {
+                tail: 0,
+                clients: Vec::new(),
+                inbox: Vec::new(),
+                force_replay: false,
+                idle_since: None,
+                closed: false,
+            }),
+            wake: Notify::new(),
+            init: tokio::sync::Mutex::new(false),
+        }
+    }
+
+    /// LISTEN on the topic's channels, set its tail to the horizon, start its task.
+    async fn ensure_started(self: &Arc<Topic>, hub: &Arc<Hub>) -> Result<(), ApiError> {
+        let mut started = self.init.lock().await;
+        if *started {
+            return Ok(());
+        }
+        // For one stream: LISTEN before reading the horizon, so every event
+        // above the tail is notified on a channel already listened to.
+        if let Selector::Exact(name) = &self.selector {
+            hub.listen(name).await?;
+        }
+        let (names, horizon) = hub.db.stream_names(&self.role, &self.selector).await?;
+        if !matches!(self.selector, Selector::Exact(_)) {
+            for name in &names {
+                hub.listen(name).await?;
+            }
+        }
+        self.state.lock().unwrap().tail = horizon;
+        *started = true;
+        debug!(role = %self.role, pattern = %self.pattern, horizon, streams = names.len(), "topic started");
+        tokio::spawn(self.clone().run(hub.clone()));
+        Ok(())
+    }
+
+    async fn run(self: Arc<Topic>, hub: Arc<Hub>) {
+        let mut tick = tokio::time::interval(hub.cfg.poll_interval());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut checked = Instant::now();
+        loop {
+            let ticked = tokio::select! {
+                _ = self.wake.notified() => false,
+                _ = tick.tick() => true,
+            };
+            if ticked && self.close_if_idle(&hub) {
+                return;
+            }
+            if ticked && checked.elapsed() >= PRIVILEGE_RECHECK {
+                checked = Instant::now();
+                self.recheck_privileges(&hub).await;
+            }
+            let (notes, forced) = {
+                let mut st = self.state.lock().unwrap();
+                (std::mem::take(&mut st.inbox), std::mem::take(&mut st.force_replay))
+            };
+            let mut replayed = false;
+            if ticked || forced {
+                replayed = true;
+                self.replay(&hub).await;
+            }
+            for note in notes {
+                match self.classify(&hub, &note) {
+                    Action::Drop => {}
+                    Action::Forward(event) => {
+                        let mut st = self.state.lock().unwrap();
+                        // A replay may have sent it already.
+                        if event.position > st.tail {
+                            self.fan_out(&hub, &mut st, &event);
+                        }
+                    }
+                    // One replay covers every notification received before it.
+                    Action::Replay if replayed => {}
+                    Action::Replay => {
+                        replayed = true;
+                        self.replay(&hub).await;
+                    }
+                }
+            }
+        }
+    }
+
+    fn close_if_idle(&self, hub: &Hub) -> bool {
+        let mut topics = hub.topics.lock().unwrap();
+        let mut st = self.state.lock().unwrap();
+        if !st.clients.is_empty() {
+            return false;
+        }
+        let since = *st.idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < TOPIC_IDLE {
+            return false;
+        }
+        st.closed = true;
+        topics.remove(&(self.role.clone(), self.pattern.clone()));
+        metrics::get().topics.decrement(1.0);
+        debug!(role = %self.role, pattern = %self.pattern, "topic dropped (no clients)");
+        true
+    }
+
+    /// Revoked read grants end the live path at once: the topic's clients
+    /// are disconnected and get 403 when they come back.
+    async fn recheck_privileges(&self, hub: &Hub) {
+        let covered = match hub.db.read_grants(Server::Primary, &self.role).await {
+            Ok((all, grants)) => all || self.selector.covered_by(&grants),
+            Err(e) if e.status == axum::http::StatusCode::FORBIDDEN => false,
+            Err(_) => return, // the database is away: the next check decides
+        };
+        if covered {
+            return;
+        }
+        info!(role = %self.role, pattern = %self.pattern, "read privilege revoked: disconnecting the topic's clients");
+        let mut st = self.state.lock().unwrap();
+        for slot in st.clients.drain(..) {
+            slot.kill.notify_one();
+        }
+    }
+
+    fn classify(&self, hub: &Hub, note: &Note) -> Action {
+        let worker = hub.worker_pid.load(Ordering::Relaxed);
+        if worker == 0 || note.pid != worker {
+            // Forged, or the worker restarted: never forwarded; a replay
+            // (which also re-reads worker_pid()) decides.
+            metrics::get().unverified_notifications.increment(1);
+            return Action::Replay;
+        }
+        let Ok(payload) = serde_json::from_str::<Payload>(&note.payload) else {
+            return Action::Replay;
+        };
+        let tail = self.state.lock().unwrap().tail;
+        if payload.position <= tail {
+            return Action::Drop;
+        }
+        match &self.selector {
+            Selector::Exact(name) if name == payload.stream && payload.prev.is_some_and(|prev| prev <= tail) => {
+                payload.event().map_or(Action::Replay, |e| Action::Forward(Arc::new(e)))
+            }
+            _ => Action::Replay,
+        }
+    }
+
+    /// Replay from the tail as the topic's role, on the primary, and send
+    /// what it returns. On failure the next tick tries again.
+    async fn replay(&self, hub: &Hub) {
+        metrics::get().replays.increment(1);
+        loop {
+            let tail = self.state.lock().unwrap().tail;
+            let page = match hub
+                .db
+                .replay_page(Server::Primary, &self.role, &self.pattern, &Start::After(tail), hub.cfg.page_size)
+                .await
+            {
+                Ok(page) => page,
+                Err(e) => {
+                    warn!(role = %self.role, pattern = %self.pattern, error = %e.error, "replay failed; retrying at the next tick");
+                    return;
+                }
+            };
+            hub.note_worker_pid(page.worker_pid);
+            let short = page.events.len() < hub.cfg.page_size as usize;
+            let mut st = self.state.lock().unwrap();
+            for event in &page.events {
+                if event.position > st.tail {
+                    self.fan_out(hub, &mut st, event);
+                }
+            }
+            if short {
+                st.tail = st.tail.max(page.horizon);
+                return;
+            }
+        }
+    }
+
+    fn fan_out(&self, hub: &Hub, st: &mut TopicState, event: &Arc<Event>) {
+        let size = event.sse.len();
+        let budget = hub.cfg.client_buffer_bytes;
+        let before = st.clients.len();
+        st.clients.retain(|slot| {
+            if slot.queued.fetch_add(size, Ordering::Relaxed) + size > budget {
+                return overflow(slot);
+            }
+            match slot.tx.try_send(event.clone()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => overflow(slot),
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        });
+        st.tail = event.position;
+        if st.clients.is_empty() && before > 0 {
+            st.idle_since = Some(Instant::now());
+        }
+    }
+
+    /// Remove a client's slot (it disconnected); true if it was there.
+    pub fn unregister(&self, id: u64) {
+        let mut st = self.state.lock().unwrap();
+        st.clients.retain(|s| s.id != id);
+        if st.clients.is_empty() {
+            st.idle_since.get_or_insert_with(Instant::now);
+        }
+    }
+}
+
+impl Slot {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+fn overflow(slot: &Slot) -> bool {
+    metrics::get().slow_client_drops.increment(1);
+    debug!(client = slot.id, "client buffer full: disconnecting it");
+    slot.kill.notify_one();
+    false
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The LISTEN connection: reconnects with backoff, LISTENs again on every
+/// channel, and has every topic replay from its tail once it is back.
+async fn listener(hub: Arc<Hub>, mut requests: mpsc::UnboundedReceiver<ListenRequest>) {
+    let mut channels: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut waiting: Vec<ListenRequest> = Vec::new();
+    let mut backoff = Duration::from_millis(100);
+    let mut connected_before = false;
+    loop {
+        let (client, mut connection) = match hub.db.listen_config.connect(NoTls).await {
+            Ok(pair) => pair,
+            Err(e) => {
+                warn!(error = %e, "LISTEN connection failed; retrying in {backoff:?}");
+                // Keep taking requests while away; they are answered once connected.
+                let sleep = tokio::time::sleep(backoff);
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        _ = &mut sleep => break,
+                        Some(req) = requests.recv() => waiting.push(req),
+                    }
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        let (notes_tx, mut notes) = mpsc::unbounded_channel();
+        let driver = tokio::spawn(async move {
+            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(message) = messages.next().await {
+                match message {
+                    Ok(AsyncMessage::Notification(n)) => {
+                        if notes_tx.send(n).is_err() {
+                            break;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        warn!(error = %e, "LISTEN connection lost");
+                        break;
+                    }
+                }
+            }
+        });
+        let mut ok = true;
+        for channel in &channels {
+            if let Err(e) = client.batch_execute(&format!("LISTEN {}", quote_ident(channel))).await {
+                warn!(error = %e, "LISTEN failed");
+                ok = false;
+                break;
+            }
+        }
+        if ok {
+            backoff = Duration::from_millis(100);
+            hub.listening.store(true, Ordering::Relaxed);
+            if connected_before {
+                metrics::get().listen_reconnects.increment(1);
+                info!(channels = channels.len(), "LISTEN connection re-established; every topic replays");
+                hub.replay_all();
+            }
+            connected_before = true;
+            'connected: loop {
+                let request = match waiting.pop() {
+                    Some(r) => r,
+                    None => tokio::select! {
+                        req = requests.recv() => match req { Some(r) => r, None => return },
+                        note = notes.recv() => match note {
+                            Some(n) => {
+                                hub.dispatch(n.channel(), Note { pid: n.process_id(), payload: n.payload().to_owned() });
+                                continue 'connected;
+                            }
+                            None => break 'connected,
+                        },
+                    },
+                };
+                if !channels.contains(&request.channel) {
+                    if let Err(e) = client.batch_execute(&format!("LISTEN {}", quote_ident(&request.channel))).await {
+                        warn!(error = %e, "LISTEN failed");
+                        waiting.push(request);
+                        break 'connected;
+                    }
+                    channels.insert(request.channel.clone());
+                }
+                let _ = request.done.send(());
+            }
+        }
+        hub.listening.store(false, Ordering::Relaxed);
+        driver.abort();
+        tokio::time::sleep(backoff).await;
+    }
+}

@@ -1,0 +1,125 @@
+//! litebase-streams-gateway: the streams of one database over Server-Sent
+//! Events and WebSocket, for browsers and services that cannot hold a
+//! database connection.
+//!
+//! Layout: config.rs (flags and environment), auth.rs (JWT → role), db.rs
+//! (the pools and every query, each as the request's role), hub.rs (the
+//! LISTEN connection and the per-(role, pattern) fan-out, with the no-gap
+//! invariant), subscription.rs (one client: catch-up, then live), http.rs
+//! (routes, SSE), ws.rs (WebSocket), event.rs (the wire encoding),
+//! pattern.rs (stream names and patterns), metrics.rs (Prometheus).
+
+mod auth;
+mod config;
+mod db;
+mod error;
+mod event;
+mod http;
+mod hub;
+mod metrics;
+mod pattern;
+mod subscription;
+mod ws;
+
+use std::sync::Arc;
+
+use clap::Parser;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tower::ServiceExt;
+use tracing::{error, info, warn};
+
+use crate::config::{Cli, Command};
+
+fn main() {
+    let cli = Cli::parse();
+    if let Some(Command::Token { role, expires_in, jwt_secret }) = &cli.command {
+        println!("{}", auth::mint(jwt_secret, role, *expires_in));
+        return;
+    }
+    let cfg = cli.serve;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cfg.log).unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    raise_fd_limit();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
+    if let Err(e) = runtime.block_on(serve(cfg)) {
+        error!("{e}");
+        std::process::exit(1);
+    }
+}
+
+async fn serve(cfg: config::Config) -> Result<(), String> {
+    metrics::install();
+    if cfg.jwt_secret.is_none() && cfg.anonymous_role.is_none() {
+        warn!("neither --jwt-secret nor --anonymous-role: every request gets 401");
+    }
+    let auth = auth::Auth::new(cfg.jwt_secret.as_deref(), cfg.anonymous_role.clone());
+    let db = db::Db::new(&cfg)?;
+    let listen = cfg.listen;
+    let hub = hub::Hub::start(cfg, db);
+    let app = http::router(hub, auth);
+    let listener = TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    info!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let (socket, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // Out of file descriptors, most likely: wait instead of spinning.
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => {
+                info!("shutting down");
+                return Ok(());
+            }
+        };
+        let _ = socket.set_nodelay(true);
+        let app = app.clone();
+        tokio::spawn(async move {
+            // The connection's kill switch: pulled when its client falls
+            // behind, it drops the connection even while writes are blocked.
+            let kill = Arc::new(Notify::new());
+            let conn_kill = http::ConnKill(kill.clone());
+            let service = app.map_request(move |mut request: axum::extract::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(conn_kill.clone());
+                request
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(socket), TowerToHyperService::new(service))
+                .with_upgrades();
+            tokio::select! {
+                _ = connection => {}
+                _ = kill.notified() => {}
+            }
+        });
+    }
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// As many file descriptors as the hard limit allows: one per client.
+fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}

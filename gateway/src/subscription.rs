@@ -1,0 +1,163 @@
+//! One client's subscription to a pattern: registered with its topic first,
+//! then caught up by replay pages as the client's role, then live from the
+//! topic's queue, forwarding only positions above the last one it sent (see
+//! the invariant in hub.rs).
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use tokio::sync::{mpsc, Notify};
+
+use crate::db::{Server, Start};
+use crate::error::ApiError;
+use crate::event::Event;
+use crate::hub::{Hub, Slot, Topic};
+use crate::{metrics, pattern};
+
+pub struct Subscription {
+    hub: Arc<Hub>,
+    pub topic: Arc<Topic>,
+    slot: Slot,
+    rx: mpsc::Receiver<Arc<Event>>,
+    /// The last position sent to the client.
+    pub last: i64,
+    /// Where the next catch-up page starts.
+    start: Start,
+    /// Catch-up is over once a short page comes from a snapshot whose horizon
+    /// reaches this: the topic's tail when the client registered, raised to
+    /// any live event dropped while catching up.
+    seam: i64,
+    caught_up: bool,
+    pending: VecDeque<Arc<Event>>,
+}
+
+/// Why a subscription ended.
+#[derive(Debug)]
+pub enum End {
+    /// The client fell behind its buffer (or lost its privilege): its connection is cut.
+    Dropped,
+    Error(ApiError),
+}
+
+impl Subscription {
+    /// Check the pattern and the role's read privilege on it, register, and
+    /// read the first catch-up page; every failure here is the request's
+    /// error (400, 401, 403, 503).
+    pub async fn open(
+        hub: &Arc<Hub>,
+        role: &str,
+        pattern: &str,
+        start: Start,
+        kill: Arc<Notify>,
+    ) -> Result<Subscription, ApiError> {
+        let selector = pattern::parse(pattern)
+            .map_err(|e| ApiError { sqlstate: Some("22023".into()), ..ApiError::bad_request(e) })?;
+        check_read(hub, role, pattern, &selector).await?;
+        let (slot, rx) = hub.slot(kill);
+        let (topic, tail) = hub.register(role, pattern, &selector, slot.clone()).await?;
+        let last = match start {
+            Start::After(p) => p,
+            _ => 0,
+        };
+        let mut sub = Subscription {
+            hub: hub.clone(),
+            topic,
+            slot,
+            rx,
+            last,
+            start,
+            seam: tail,
+            caught_up: false,
+            pending: VecDeque::new(),
+        };
+        sub.catch_up_page().await?;
+        Ok(sub)
+    }
+
+    /// The next event for the client (`true` when it came live).
+    pub async fn next(&mut self) -> Result<(Arc<Event>, bool), End> {
+        loop {
+            while let Some(event) = self.pending.pop_front() {
+                if event.position > self.last {
+                    self.last = event.position;
+                    metrics::get().sent_catchup.increment(1);
+                    return Ok((event, false));
+                }
+            }
+            if !self.caught_up {
+                match self.catch_up_page().await {
+                    Ok(()) => continue,
+                    Err(e) if e.status == StatusCode::SERVICE_UNAVAILABLE => {
+                        // The database is away: the client stays, and catches up when it is back.
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                    Err(e) => return Err(End::Error(e)),
+                }
+            }
+            match self.rx.recv().await {
+                Some(event) => {
+                    self.slot.queued.fetch_sub(event.sse.len(), Ordering::Relaxed);
+                    if event.position > self.last {
+                        self.last = event.position;
+                        metrics::get().sent_live.increment(1);
+                        return Ok((event, true));
+                    }
+                }
+                None => return Err(End::Dropped),
+            }
+        }
+    }
+
+    async fn catch_up_page(&mut self) -> Result<(), ApiError> {
+        // Live events that arrived meanwhile: this catch-up will read them
+        // again, as long as it goes on past them.
+        while let Ok(event) = self.rx.try_recv() {
+            self.slot.queued.fetch_sub(event.sse.len(), Ordering::Relaxed);
+            self.seam = self.seam.max(event.position);
+        }
+        let limit = self.hub.cfg.page_size;
+        let page =
+            self.hub.db.replay_page(Server::Reader, &self.topic.role, &self.topic.pattern, &self.start, limit).await?;
+        let short = page.events.len() < limit as usize;
+        match page.events.last() {
+            Some(event) => self.start = Start::After(event.position),
+            None if !matches!(self.start, Start::After(_)) => {
+                // Nothing since that time or transaction yet: from the horizon on.
+                self.start = Start::After(page.horizon);
+                self.last = self.last.max(page.horizon);
+            }
+            None => {}
+        }
+        self.pending.extend(page.events);
+        if short {
+            if page.horizon >= self.seam {
+                self.caught_up = true;
+            } else {
+                // A standby behind the primary: wait for it to get there.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.topic.unregister(self.slot.id());
+    }
+}
+
+/// 403 unless the role's read grants cover the whole pattern (the rule
+/// subscriptions use); 403 too when the role may not use the schema at all.
+pub async fn check_read(hub: &Hub, role: &str, pattern: &str, selector: &pattern::Selector) -> Result<(), ApiError> {
+    let (all, grants) = hub.db.read_grants(Server::Reader, role).await?;
+    if all || selector.covered_by(&grants) {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(format!("role {role:?} may not read {pattern:?}")))
+    }
+}

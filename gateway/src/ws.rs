@@ -1,0 +1,221 @@
+//! `GET /v1/ws`: subscriptions over one WebSocket.
+//!
+//! Client → server: `{"type":"subscribe","stream":"payment.*","after":41}`
+//! (or `since`, `from_tx`; none: from the beginning) and
+//! `{"type":"unsubscribe","stream":"payment.*"}`.
+//! Server → client: `{"type":"subscribed","stream":…}`,
+//! `{"type":"event","subscription":…,"position":…,"stream":…,"time":…,"tx":…,"data":…}`
+//! (the same guarantees as SSE, per subscription), `{"type":"unsubscribed","stream":…}`,
+//! `{"type":"error","stream":…,"status":…,"error":…,"sqlstate":…}`.
+//! A client that falls behind its buffer is closed with code 4008 (the
+//! reason says so): reconnect and subscribe again with `after` = the last
+//! position received.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinHandle;
+
+use crate::error::ApiError;
+use crate::http::{start_of, App, ConnGuard, EventsQuery};
+use crate::subscription::{End, Subscription};
+
+/// Close code for a client that fell behind (4000-4999 are the application's).
+pub const CLOSE_TOO_SLOW: u16 = 4008;
+/// Messages queued for one WebSocket before its subscriptions wait.
+const OUT_QUEUE: usize = 64;
+
+#[derive(Deserialize)]
+struct Request {
+    #[serde(rename = "type")]
+    kind: String,
+    stream: Option<String>,
+    after: Option<serde_json::Value>,
+    since: Option<String>,
+    from_tx: Option<serde_json::Value>,
+}
+
+pub async fn upgrade(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    q: Result<Query<EventsQuery>, QueryRejection>,
+    ws: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
+    let q = q.map(|Query(q)| q).map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))?;
+    let role = app.auth.role(&headers, q.access_token.as_deref())?;
+    let guard = ConnGuard::new(&app, true)?;
+    let max = app.hub.cfg.max_ws_message_bytes;
+    Ok(ws.max_message_size(max).max_frame_size(max).on_upgrade(move |socket| serve(app, role, socket, guard)))
+}
+
+fn text(value: serde_json::Value) -> Message {
+    Message::Text(value.to_string().into())
+}
+
+fn error(stream: Option<&str>, e: &ApiError) -> Message {
+    text(serde_json::json!({
+        "type": "error", "stream": stream, "status": e.status.as_u16(), "error": e.error, "sqlstate": e.sqlstate,
+    }))
+}
+
+fn json_text(value: &serde_json::Value) -> Option<String> {
+    match value {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    }
+}
+
+async fn serve(app: Arc<App>, role: String, socket: WebSocket, _guard: ConnGuard) {
+    let (mut sink, mut incoming) = socket.split();
+    let (out, mut queue) = mpsc::channel::<Message>(OUT_QUEUE);
+    let kill = Arc::new(Notify::new());
+    let mut subscriptions: HashMap<String, JoinHandle<()>> = HashMap::new();
+    let heartbeat = app.hub.cfg.heartbeat();
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
+    let too_slow = loop {
+        tokio::select! {
+            message = incoming.next() => {
+                let text = match message {
+                    Some(Ok(Message::Text(t))) => t,
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break false,
+                    Some(Ok(Message::Binary(_))) => {
+                        let _ = out.try_send(error(None, &ApiError::bad_request("send JSON text messages")));
+                        continue;
+                    }
+                    Some(Ok(_)) => continue, // ping/pong
+                };
+                handle(&app, &role, text.as_str(), &out, &kill, &mut subscriptions);
+            }
+            Some(message) = queue.recv() => {
+                tokio::select! {
+                    sent = sink.send(message) => if sent.is_err() { break false },
+                    _ = kill.notified() => break true,
+                }
+            }
+            _ = ping.tick() => {
+                if sink.send(Message::Ping(Default::default())).await.is_err() {
+                    break false;
+                }
+            }
+            _ = kill.notified() => break true,
+        }
+    };
+    for (_, task) in subscriptions.drain() {
+        task.abort();
+    }
+    if too_slow {
+        let frame = CloseFrame {
+            code: CLOSE_TOO_SLOW,
+            reason: "too slow: buffer full; reconnect and subscribe with after = your last position".into(),
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), sink.send(Message::Close(Some(frame)))).await;
+    }
+}
+
+fn handle(
+    app: &Arc<App>,
+    role: &str,
+    text: &str,
+    out: &mpsc::Sender<Message>,
+    kill: &Arc<Notify>,
+    subscriptions: &mut HashMap<String, JoinHandle<()>>,
+) {
+    subscriptions.retain(|_, task| !task.is_finished());
+    let request = match serde_json::from_str::<Request>(text) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = out.try_send(error(None, &ApiError::bad_request(format!("bad message: {e}"))));
+            return;
+        }
+    };
+    let Some(stream) = request.stream.clone() else {
+        let _ = out.try_send(error(None, &ApiError::bad_request("a message needs \"stream\"")));
+        return;
+    };
+    match request.kind.as_str() {
+        "subscribe" => {
+            if subscriptions.contains_key(&stream) {
+                let _ = out.try_send(error(Some(&stream), &ApiError::bad_request("already subscribed")));
+                return;
+            }
+            let after = request.after.as_ref().and_then(json_text);
+            let from_tx = request.from_tx.as_ref().and_then(json_text);
+            let start = match start_of(None, after.as_deref(), request.since.as_deref(), from_tx.as_deref()) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = out.try_send(error(Some(&stream), &e));
+                    return;
+                }
+            };
+            let task =
+                tokio::spawn(run(app.hub.clone(), role.to_owned(), stream.clone(), start, out.clone(), kill.clone()));
+            subscriptions.insert(stream, task);
+        }
+        "unsubscribe" => match subscriptions.remove(&stream) {
+            Some(task) => {
+                // Aborted before the acknowledgement is queued: nothing of
+                // this subscription follows it.
+                task.abort();
+                let out = out.clone();
+                tokio::spawn(async move {
+                    let _ = out.send(text_msg("unsubscribed", &stream)).await;
+                });
+            }
+            None => {
+                let _ = out.try_send(error(Some(&stream), &ApiError::not_found_sub()));
+            }
+        },
+        other => {
+            let _ =
+                out.try_send(error(Some(&stream), &ApiError::bad_request(format!("unknown message type {other:?}"))));
+        }
+    }
+}
+
+fn text_msg(kind: &str, stream: &str) -> Message {
+    text(serde_json::json!({"type": kind, "stream": stream}))
+}
+
+async fn run(
+    hub: Arc<crate::hub::Hub>,
+    role: String,
+    pattern: String,
+    start: crate::db::Start,
+    out: mpsc::Sender<Message>,
+    kill: Arc<Notify>,
+) {
+    let mut sub = match Subscription::open(&hub, &role, &pattern, start, kill).await {
+        Ok(sub) => sub,
+        Err(e) => {
+            let _ = out.send(error(Some(&pattern), &e)).await;
+            return;
+        }
+    };
+    if out.send(text_msg("subscribed", &pattern)).await.is_err() {
+        return;
+    }
+    loop {
+        match sub.next().await {
+            Ok((event, _)) => {
+                if out.send(Message::Text(event.ws_message(&sub.topic.pattern_json).into())).await.is_err() {
+                    return;
+                }
+            }
+            Err(End::Dropped) => return,
+            Err(End::Error(e)) => {
+                let _ = out.send(error(Some(&pattern), &e)).await;
+                return;
+            }
+        }
+    }
+}
