@@ -58,5 +58,12 @@ GRANT EXECUTE ON FUNCTION streams.create_subscription(text, text, bigint, timest
     streams._seek_subscription(text, bigint), streams._poll(text, integer, interval), streams._chunk(bigint),
     streams._claims(), streams._start_position(text, bigint, timestamptz, xid8) TO PUBLIC;
 
+-- Webhooks: creating one is a privilege of its own, for nobody until granted:
+--   GRANT EXECUTE ON FUNCTION streams.create_webhook(text, text, text, bigint, text, integer) TO app;
+-- (plus the read privilege on the webhook's streams). The others check their caller.
+GRANT SELECT ON streams.webhooks TO PUBLIC;
+GRANT EXECUTE ON FUNCTION streams.drop_webhook(text), streams.pause_webhook(text), streams.resume_webhook(text)
+    TO PUBLIC;
+
 -- Start this database's worker when CREATE EXTENSION commits.
 SELECT streams._launch_worker();

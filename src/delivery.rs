@@ -582,7 +582,7 @@ unsafe fn scalar_text_length(value: &pg_sys::JsonbValue) -> usize {
 }
 
 /// Microseconds since the Unix epoch.
-fn unix_micros(time: pgrx::datum::TimestampWithTimeZone) -> i64 {
+pub(crate) fn unix_micros(time: pgrx::datum::TimestampWithTimeZone) -> i64 {
     const POSTGRES_EPOCH_IN_UNIX_MICROS: i64 = 946_684_800_000_000;
     let raw: i64 = time.into_inner();
     raw + POSTGRES_EPOCH_IN_UNIX_MICROS

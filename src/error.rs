@@ -67,6 +67,15 @@ pub enum StreamsError {
     /// `streams.wait` under repeatable read or serializable, for an event
     /// the transaction's snapshot does not show.
     WaitNeedsReadCommitted,
+    /// A webhook URL that is malformed, not http(s), or names a host the
+    /// address policy refuses.
+    InvalidWebhookUrl { url: String, reason: String },
+    /// A webhook secret that is not `whsec_` and base64 of 24 to 64 bytes.
+    InvalidWebhookSecret,
+    /// No webhook of that name.
+    UnknownWebhook(String),
+    /// poll, ack or drop_subscription of a webhook's subscription.
+    WebhookSubscription(String),
 }
 
 impl fmt::Display for StreamsError {
@@ -138,6 +147,17 @@ impl fmt::Display for StreamsError {
             StreamsError::HorizonStateChanged => f.write_str(
                 "litebase_streams: streams.horizon_state was written by another session during a delivery round",
             ),
+            StreamsError::InvalidWebhookUrl { url, reason } => {
+                write!(f, "invalid webhook URL \"{}\": {reason}", url.escape_default())
+            }
+            StreamsError::InvalidWebhookSecret => {
+                f.write_str("invalid webhook secret: it must be whsec_ followed by the base64 of 24 to 64 bytes")
+            }
+            StreamsError::UnknownWebhook(name) => write!(f, "webhook \"{name}\" does not exist"),
+            StreamsError::WebhookSubscription(name) => write!(
+                f,
+                "subscription \"{name}\" belongs to a webhook; its events are delivered by the extension"
+            ),
             StreamsError::CommitTimesLost { transactions, .. } => write!(
                 f,
                 "litebase_streams: the commit time of {transactions} transaction(s) was lost before it was recorded"
@@ -175,6 +195,11 @@ impl StreamsError {
             StreamsError::PermissionDenied { .. } => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
             StreamsError::NotUtf8 => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             StreamsError::EventTooLarge { .. } => PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            StreamsError::InvalidWebhookUrl { .. } | StreamsError::InvalidWebhookSecret => {
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
+            }
+            StreamsError::UnknownWebhook(_) => PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            StreamsError::WebhookSubscription(_) => PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
         }
     }
 
@@ -243,6 +268,15 @@ impl StreamsError {
             ),
             StreamsError::PreparedPoll => Some(
                 "Poll and ack in a transaction that commits directly; two-phase commit is not supported.".into(),
+            ),
+            StreamsError::InvalidWebhookSecret => Some(
+                "Leave secret NULL and create_webhook makes one (32 random bytes), or pass a secret from another \
+                 Standard Webhooks sender."
+                    .into(),
+            ),
+            StreamsError::WebhookSubscription(_) => Some(
+                "Use streams.pause_webhook, streams.resume_webhook or streams.drop_webhook; streams.seek moves it."
+                    .into(),
             ),
             StreamsError::HorizonStateChanged => Some(
                 "Only the worker writes it, except a restore (pg_restore): the round is retried and reads it again."

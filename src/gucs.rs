@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use std::ffi::CString;
+
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
 /// `litebase_streams.idle_poll`: how long a worker sleeps when nothing woke
@@ -38,6 +40,31 @@ pub static MAX_BACKLOG: GucSetting<i32> = GucSetting::<i32>::new(2000);
 /// `litebase_streams.max_event_size`: the largest `data` one event may carry,
 /// in bytes of its stored (uncompressed) jsonb form (0: no limit).
 pub static MAX_EVENT_SIZE: GucSetting<i32> = GucSetting::<i32>::new(0);
+
+/// `litebase_streams.webhook_allowed_hosts`: host names, IP addresses and
+/// CIDR ranges webhooks may reach besides public addresses (loopback,
+/// private and link-local addresses are refused unless listed here).
+/// Server-wide (postgresql.conf or ALTER SYSTEM): the webhook worker and
+/// `create_webhook` must see the same list, and only a superuser may widen it.
+pub static WEBHOOK_ALLOWED_HOSTS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c""));
+
+/// `litebase_streams.webhook_timeout`: how long (ms) one webhook request
+/// may take, connecting included.
+pub static WEBHOOK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+
+/// `litebase_streams.webhook_retry_min` / `webhook_retry_max`: the backoff
+/// after a failed request starts at the first and doubles up to the
+/// second (ms), with jitter.
+pub static WEBHOOK_RETRY_MIN_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
+pub static WEBHOOK_RETRY_MAX_MS: GucSetting<i32> = GucSetting::<i32>::new(600_000);
+
+/// `litebase_streams.webhook_max_attempts`: failed attempts of one request
+/// after which the webhook is disabled (0: no limit).
+pub static WEBHOOK_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(0);
+
+/// `litebase_streams.webhook_disable_after`: how long (s) a webhook may
+/// fail without a success before it is disabled (0: never).
+pub static WEBHOOK_DISABLE_AFTER_S: GucSetting<i32> = GucSetting::<i32>::new(3 * 86_400);
 
 pub fn init() {
     GucRegistry::define_int_guc(
@@ -92,6 +119,74 @@ pub fn init() {
         GucContext::Suset,
         GucFlags::UNIT_BYTE,
     );
+    GucRegistry::define_string_guc(
+        c"litebase_streams.webhook_allowed_hosts",
+        c"Host names, IP addresses and CIDR ranges webhooks may reach besides public addresses.",
+        c"Comma-separated. Loopback, private, link-local and other non-public addresses are refused unless \
+          listed, also when a public name resolves to them. Server-wide (ALTER SYSTEM).",
+        &WEBHOOK_ALLOWED_HOSTS,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"litebase_streams.webhook_timeout",
+        c"How long (ms) one webhook request may take, connecting included.",
+        c"A request without a 2xx answer within it is retried with backoff.",
+        &WEBHOOK_TIMEOUT_MS,
+        100,
+        600_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"litebase_streams.webhook_retry_min",
+        c"The first backoff (ms) after a failed webhook request; it doubles up to webhook_retry_max.",
+        c"Each wait is drawn between half and all of the current backoff (jitter).",
+        &WEBHOOK_RETRY_MIN_MS,
+        1,
+        86_400_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"litebase_streams.webhook_retry_max",
+        c"The longest backoff (ms) between attempts of a failing webhook request.",
+        c"",
+        &WEBHOOK_RETRY_MAX_MS,
+        1,
+        86_400_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"litebase_streams.webhook_max_attempts",
+        c"Failed attempts of one webhook request after which the webhook is disabled; 0: no limit.",
+        c"",
+        &WEBHOOK_MAX_ATTEMPTS,
+        0,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"litebase_streams.webhook_disable_after",
+        c"How long (s) a webhook may fail without a success before it is disabled; 0: never.",
+        c"",
+        &WEBHOOK_DISABLE_AFTER_S,
+        0,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
+    );
+}
+
+/// `webhook_allowed_hosts` as written.
+pub fn webhook_allowed_hosts() -> String {
+    WEBHOOK_ALLOWED_HOSTS.get().map(|v| v.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+pub fn webhook_timeout() -> Duration {
+    Duration::from_millis(WEBHOOK_TIMEOUT_MS.get().max(1) as u64)
 }
 
 pub fn idle_poll() -> Duration {

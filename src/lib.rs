@@ -12,9 +12,10 @@
 //! * replay.rs, status.rs: SQL helpers behind `streams.replay` and `streams.status`;
 //! * subscriptions/: durable consumers (`poll`, `ack`, `seek`) and their claims;
 //! * waiting.rs: sleeping until the horizon moves (`streams.wait`, long polls);
+//! * webhooks/: events POSTed to HTTP endpoints, signed, by a worker of their own;
 //! * utility.rs: keeps DROP DATABASE working;
 //! * sql/: the tables, views and SQL functions users see (streams.sql, subscriptions.sql,
-//!   then finish.sql: privileges and the worker).
+//!   webhooks.sql, then finish.sql: privileges and the worker).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -37,6 +38,7 @@ mod status;
 mod subscriptions;
 mod utility;
 mod waiting;
+mod webhooks;
 mod worker;
 
 use error::{OrRaise, StreamsError};
@@ -60,6 +62,7 @@ extension_sql_file!(
     ]
 );
 extension_sql_file!("../sql/subscriptions.sql", name = "subscriptions", requires = ["streams_schema"]);
+extension_sql_file!("../sql/webhooks.sql", name = "webhooks", requires = ["subscriptions"]);
 extension_sql_file!("../sql/finish.sql", name = "finish", finalize);
 
 /// Set when `_PG_init` ran from `shared_preload_libraries` (inherited by every

@@ -130,25 +130,52 @@ pub fn format_time(unix_us: i64) -> String {
 /// Drop the whitespace jsonb's output puts after `:` and `,` (and any other
 /// insignificant whitespace), leaving string contents untouched.
 pub fn compact_json(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let (mut in_string, mut escaped) = (false, false);
-    for c in text.chars() {
+    let mut out = Vec::with_capacity(text.len());
+    write_compact_json(&mut out, text).expect("writing into a Vec cannot fail");
+    String::from_utf8(out).expect("compaction removes ASCII whitespace only, so UTF-8 stays UTF-8")
+}
+
+/// [`compact_json`] into a writer, in runs between the dropped bytes.
+pub fn write_compact_json<W: std::io::Write>(out: &mut W, text: &str) -> std::io::Result<()> {
+    let bytes = text.as_bytes();
+    let (mut in_string, mut escaped, mut run_start) = (false, false, 0);
+    for (i, &b) in bytes.iter().enumerate() {
         if in_string {
-            out.push(c);
-            match (escaped, c) {
+            match (escaped, b) {
                 (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
                 _ => {}
             }
-        } else if c == '"' {
+        } else if b == b'"' {
             in_string = true;
-            out.push(c);
-        } else if !c.is_ascii_whitespace() {
-            out.push(c);
+        } else if b.is_ascii_whitespace() {
+            out.write_all(&bytes[run_start..i])?;
+            run_start = i + 1;
         }
     }
-    out
+    out.write_all(&bytes[run_start..])
+}
+
+/// The payload of an event with all of its data, whatever its size (for
+/// webhooks, which send what notifications truncate), written into `out`
+/// as it goes: the data is copied once, into `out`.
+pub fn write_full_payload<W: std::io::Write>(out: &mut W, event: &Event<'_>) -> std::io::Result<()> {
+    let head = Payload {
+        position: event.position,
+        stream: event.stream,
+        time: format_time(event.time_us),
+        tx: event.tx,
+        prev: event.prev,
+        data: None,
+        truncated: false,
+        private: false,
+    };
+    let head = serde_json::to_vec(&head)?;
+    out.write_all(&head[..head.len() - 1])?; // without its closing brace
+    out.write_all(b",\"data\":")?;
+    write_compact_json(out, event.data.unwrap_or("null"))?;
+    out.write_all(b"}")
 }
 
 /// The notification payload of an event: compact JSON; without `data` and

@@ -77,6 +77,10 @@ pub struct DbEntry {
     pub no_slot: AtomicBool,
     /// Delivery rounds the worker ran (a transaction each).
     pub rounds: AtomicU64,
+    /// pid of the webhook worker serving this database, 0 when none.
+    pub webhook_pid: AtomicI32,
+    /// pgprocno of that worker, -1 when none.
+    webhook_procno: AtomicI32,
 }
 
 /// Whether notifications are going out. Visibility never depends on it: the
@@ -202,6 +206,7 @@ unsafe extern "C-unwind" fn startup_hook() {
         (*header).n_dbs = n_dbs;
         for entry in db_entries_of(header) {
             entry.worker_procno.store(-1, Ordering::Relaxed);
+            entry.webhook_procno.store(-1, Ordering::Relaxed);
         }
         (*header).launcher_procno.store(-1, Ordering::Relaxed);
     }
@@ -431,6 +436,35 @@ impl DbEntry {
         self.needs_worker.store(false, Ordering::Release);
         self.no_slot.store(false, Ordering::Release);
         true
+    }
+
+    /// Become this database's webhook worker; false if another live one is.
+    pub fn attach_webhook_worker(&self, pid: i32, procno: i32) -> bool {
+        if self.webhook_pid.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return false;
+        }
+        self.webhook_procno.store(procno, Ordering::Release);
+        true
+    }
+
+    pub fn detach_webhook_worker(&self, pid: i32) {
+        if self.webhook_pid.load(Ordering::Acquire) == pid {
+            self.webhook_procno.store(-1, Ordering::Release);
+            self.webhook_pid.store(0, Ordering::Release);
+        }
+    }
+
+    /// Set the webhook worker's latch (webhooks changed, or DROP DATABASE).
+    /// Atomics and `SetLatch` only.
+    pub fn wake_webhook_worker(&self) {
+        let procno = self.webhook_procno.load(Ordering::Acquire);
+        if procno >= 0 && self.webhook_pid.load(Ordering::Acquire) != 0 {
+            // SAFETY: as in wake_worker: a pgprocno the webhook worker stored for itself.
+            unsafe {
+                let proc_ = (*pg_sys::ProcGlobal).allProcs.add(procno as usize);
+                pg_sys::SetLatch(&raw mut (*proc_).procLatch);
+            }
+        }
     }
 
     pub fn detach_worker(&self, pid: i32) {

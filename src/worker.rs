@@ -43,19 +43,7 @@ pub extern "C-unwind" fn litebase_streams_worker_main(arg: pg_sys::Datum) {
     let db = pg_sys::Oid::from(arg.value() as u32);
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(db), None);
-
-    if let Ok(xid) = BackgroundWorker::get_extra().parse::<u32>() {
-        // SAFETY: runs inside in_transaction's transaction, as XactLockTableWait requires; a null
-        // relation and ctid are allowed with XLTW_None.
-        in_transaction(|| unsafe {
-            pg_sys::XactLockTableWait(
-                pg_sys::TransactionId::from(xid),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                pg_sys::XLTW_Oper::XLTW_None,
-            )
-        });
-    }
+    wait_for_creator();
     if !in_transaction(extension_installed) {
         return; // most databases, at server start
     }
@@ -68,7 +56,25 @@ pub extern "C-unwind" fn litebase_streams_worker_main(arg: pg_sys::Datum) {
     }
     in_transaction(pin_session_settings);
     log!("litebase_streams worker started for database {}", db.to_u32());
+    start_webhook_worker(db);
     serve(db, entry);
+}
+
+/// A worker started by a transaction (CREATE EXTENSION, create_webhook)
+/// waits for it to end before looking at what it created.
+pub(crate) fn wait_for_creator() {
+    if let Ok(xid) = BackgroundWorker::get_extra().parse::<u32>() {
+        // SAFETY: runs inside in_transaction's transaction, as XactLockTableWait requires; a null
+        // relation and ctid are allowed with XLTW_None.
+        in_transaction(|| unsafe {
+            pg_sys::XactLockTableWait(
+                pg_sys::TransactionId::from(xid),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                pg_sys::XLTW_Oper::XLTW_None,
+            )
+        });
+    }
 }
 
 /// Session settings the worker's correctness depends on, set at session
@@ -114,13 +120,13 @@ const PINNED_SETTINGS: &str = "
     SET plan_cache_mode = auto;
     SET client_min_messages = warning";
 
-fn pin_session_settings() {
+pub(crate) fn pin_session_settings() {
     Spi::run(PINNED_SETTINGS).unwrap_or_else(|e| {
         StreamsError::Spi { doing: "pinning the worker's session settings", error: e.to_string() }.raise()
     });
 }
 
-fn extension_installed() -> bool {
+pub(crate) fn extension_installed() -> bool {
     // SAFETY: a catalog lookup (missing_ok, static C string), only called through in_transaction.
     unsafe { pg_sys::get_extension_oid(c"litebase_streams".as_ptr(), true) != pg_sys::InvalidOid }
 }
@@ -154,7 +160,7 @@ unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
     entry.detach_worker(pg_sys::MyProcPid);
 }
 
-fn shutdown_requested() -> bool {
+pub(crate) fn shutdown_requested() -> bool {
     // SAFETY: a sig_atomic_t set only by the SIGTERM handler, read volatile through a raw pointer.
     unsafe { std::ptr::read_volatile(&raw const pg_sys::ShutdownRequestPending) != 0 }
 }
@@ -230,6 +236,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                 if std::time::Instant::now() >= next_summary {
                     next_summary = std::time::Instant::now() + SUMMARY_INTERVAL;
                     summarize_new_ranges();
+                    start_webhook_worker(db);
                 }
                 if more {
                     continue; // the batch limit cut the round short
@@ -306,6 +313,15 @@ const HOLDER_RECHECK: Duration = Duration::from_millis(5);
 /// How often the worker summarises new BRIN ranges.
 const SUMMARY_INTERVAL: Duration = Duration::from_secs(5);
 
+/// Start the database's webhook worker if active webhooks have none (after
+/// a server restart, or when no slot was free when they were created). A
+/// failure is logged and retried at the next interval.
+fn start_webhook_worker(db: pg_sys::Oid) {
+    if let Err(failure) = attempt(|| crate::webhooks::ensure_worker(db)) {
+        warn_failed("starting the webhook worker", &failure, SUMMARY_INTERVAL);
+    }
+}
+
 /// Summarise the block ranges the log's BRIN indexes have not covered yet
 /// (they are created with autosummarize off: at high rates its per-range
 /// autovacuum requests overflow their queue and flood the server log). A
@@ -325,7 +341,7 @@ fn summarize_new_ranges() {
     }
 }
 
-fn backoff(failures: u32) -> Duration {
+pub(crate) fn backoff(failures: u32) -> Duration {
     Duration::from_millis(10u64 << failures.min(10)).min(Duration::from_secs(10))
 }
 
@@ -344,9 +360,9 @@ fn warn_failed(what: &str, failure: &Failure, backoff: Duration) {
 }
 
 /// A failed round.
-struct Failure {
-    message: String,
-    sqlstate: String,
+pub(crate) struct Failure {
+    pub message: String,
+    pub sqlstate: String,
 }
 
 impl Failure {
@@ -369,7 +385,7 @@ fn round(db: pg_sys::Oid, entry: &DbEntry, phase: Phase) -> Result<Round, Failur
 
 /// Run `body` in a transaction of its own; an error aborts the transaction
 /// and comes back as a [`Failure`] instead of ending the worker.
-fn attempt<R>(body: impl FnOnce() -> R) -> Result<R, Failure> {
+pub(crate) fn attempt<R>(body: impl FnOnce() -> R) -> Result<R, Failure> {
     PgTryBuilder::new(AssertUnwindSafe(|| Ok(in_transaction(body))))
         .catch_others(|error| {
             // SAFETY: the error left in_transaction's transaction open at the worker's top level;
@@ -381,7 +397,7 @@ fn attempt<R>(body: impl FnOnce() -> R) -> Result<R, Failure> {
 }
 
 /// Run `body` in a transaction of its own, with a snapshot, and commit.
-fn in_transaction<R>(body: impl FnOnce() -> R) -> R {
+pub(crate) fn in_transaction<R>(body: impl FnOnce() -> R) -> R {
     // SAFETY: called only from the worker's top level, never inside a transaction, so this starts a
     // fresh one; pgrx's FFI guard turns an ERROR into a Rust panic.
     unsafe {
@@ -426,6 +442,7 @@ pub fn running(db: pg_sys::Oid) -> bool {
 pub fn stop_for_drop(db: pg_sys::Oid) {
     let Some(entry) = shmem::find_db(db) else { return };
     entry.stop.store(true, Ordering::Release);
+    crate::webhooks::stop_for_drop(entry);
     entry.wake_worker();
     for _ in 0..1000 {
         if entry.worker_pid.load(Ordering::Acquire) == 0 {

@@ -49,13 +49,15 @@ const MAX_EVENTS_LIMIT: i32 = 10_000;
 const MAX_CHUNKS_PER_POLL: usize = 16;
 
 /// A subscription as one call sees it.
-struct Subscription {
-    id: i32,
-    name: String,
-    stream: String,
+pub(crate) struct Subscription {
+    pub id: i32,
+    pub name: String,
+    pub stream: String,
     selector: StreamSelector,
     ordered: bool,
     owner: pg_sys::Oid,
+    /// It belongs to a webhook: only the webhook worker consumes it.
+    pub webhook: bool,
 }
 
 /// `streams._create_subscription(name, stream, start, ordered)`: behind
@@ -67,6 +69,12 @@ fn _create_subscription(name: Option<&str>, stream: Option<&str>, start: Option<
     let stream = stream.ok_or(StreamsError::NullArgument("stream")).or_raise();
     let start = start.ok_or(StreamsError::NullArgument("after")).or_raise();
     let ordered = ordered.ok_or(StreamsError::NullArgument("ordered")).or_raise();
+    create(name, stream, start, ordered);
+}
+
+/// Create a subscription owned by the caller, after checking its name,
+/// pattern, start and the caller's read privilege; its id.
+pub(crate) fn create(name: &str, stream: &str, start: i64, ordered: bool) -> i32 {
     check_subscription_name(name).or_raise();
     parse_stream_selector(stream).or_raise();
     if start < 0 {
@@ -82,18 +90,19 @@ fn _create_subscription(name: Option<&str>, stream: Option<&str>, start: Option<
     }
     let created = as_owner(|client| {
         let args: [DatumWithOid; 5] = [name.into(), stream.into(), ordered.into(), start.into(), caller.into()];
-        client
-            .update(
-                "INSERT INTO streams.subscription_state (name, stream, ordered, position, owner)
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO NOTHING RETURNING id",
-                None,
-                &args,
-            )
-            .map(|rows| !rows.is_empty())
+        let rows = client.update(
+            "INSERT INTO streams.subscription_state (name, stream, ordered, position, owner)
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO NOTHING RETURNING id",
+            None,
+            &args,
+        )?;
+        if rows.is_empty() {
+            Ok(None)
+        } else {
+            rows.first().get::<i32>(1)
+        }
     });
-    if !created {
-        StreamsError::DuplicateSubscription(name.to_owned()).raise();
-    }
+    created.unwrap_or_else(|| StreamsError::DuplicateSubscription(name.to_owned()).raise())
 }
 
 /// `streams.drop_subscription(name)`: true if it existed.
@@ -102,6 +111,7 @@ fn _drop_subscription(name: Option<&str>) -> bool {
     let name = name.ok_or(StreamsError::NullArgument("name")).or_raise();
     let Some(subscription) = find(name) else { return false };
     check_member(&subscription);
+    refuse_webhook(&subscription);
     claims::lock_exclusively(subscription.id);
     as_owner(|client| {
         client.update("DELETE FROM streams.subscription_state WHERE id = $1", None, &[subscription.id.into()])?;
@@ -154,6 +164,7 @@ fn _poll(
     }
     let wait = wait_duration(&wait, "wait").or_raise();
     let subscription = open(name);
+    refuse_webhook(&subscription);
     check_read_coverage(&subscription.name, &subscription.stream);
     if isolation_is_snapshot() && (!subscription.ordered || !wait.is_zero()) {
         // An unordered poll could not see another consumer's ack, and a long
@@ -186,6 +197,7 @@ fn _ack(subscription: Option<&str>, through: Option<i64>) {
     let name = subscription.ok_or(StreamsError::NullArgument("subscription")).or_raise();
     let through = through.ok_or(StreamsError::NullArgument("through")).or_raise();
     let subscription = open(name);
+    refuse_webhook(&subscription);
     let claimed = claims::of(subscription.id);
     let Some(polled_through) = claimed.iter().map(|c| c.high).max() else {
         StreamsError::AckNotPolled { subscription: subscription.name, through, polled_through: None }.raise()
@@ -526,11 +538,21 @@ fn open(name: &str) -> Subscription {
     subscription
 }
 
-fn find(name: &str) -> Option<Subscription> {
+/// A webhook's subscription is consumed by the webhook worker alone: a
+/// poll or ack of its own would take events from it.
+fn refuse_webhook(subscription: &Subscription) {
+    if subscription.webhook {
+        StreamsError::WebhookSubscription(subscription.name.clone()).raise();
+    }
+}
+
+pub(crate) fn find(name: &str) -> Option<Subscription> {
     let row = as_owner(|client| {
         let rows = with_latest_snapshot(|| {
             client.select(
-                "SELECT s.id, s.stream, s.ordered, s.owner FROM streams.subscription_state s WHERE s.name = $1",
+                "SELECT s.id, s.stream, s.ordered, s.owner,
+                        EXISTS (SELECT FROM streams.webhook_state w WHERE w.subscription = s.id)
+                 FROM streams.subscription_state s WHERE s.name = $1",
                 None,
                 &[name.into()],
             )
@@ -544,16 +566,17 @@ fn find(name: &str) -> Option<Subscription> {
             row.get::<String>(2)?.unwrap_or_default(),
             row.get::<bool>(3)?.unwrap_or(true),
             row.get::<pg_sys::Oid>(4)?.unwrap_or(pg_sys::InvalidOid),
+            row.get::<bool>(5)?.unwrap_or(false),
         )))
     })?;
-    let (id, stream, ordered, owner) = row;
+    let (id, stream, ordered, owner, webhook) = row;
     let selector = parse_stream_selector(&stream).or_raise();
-    Some(Subscription { id, name: name.to_owned(), stream, selector, ordered, owner })
+    Some(Subscription { id, name: name.to_owned(), stream, selector, ordered, owner, webhook })
 }
 
 /// 42501 unless the caller has the privileges of the subscription's owner
 /// (the role that created it; superusers always do).
-fn check_member(subscription: &Subscription) {
+pub(crate) fn check_member(subscription: &Subscription) {
     if !caller_acts_for(subscription.owner) {
         StreamsError::NotSubscriptionOwner(subscription.name.clone()).raise();
     }
@@ -587,7 +610,7 @@ fn check_subscription_name(name: &str) -> Result<(), StreamsError> {
 /// `search_path = pg_catalog, pg_temp` whatever the caller's function was
 /// declared with: as the owner, a type or function the caller planted in
 /// its temporary schema must never be found.
-fn as_owner<R>(body: impl FnOnce(&mut SpiClient<'_>) -> SpiResult<R>) -> R {
+pub(crate) fn as_owner<R>(body: impl FnOnce(&mut SpiClient<'_>) -> SpiResult<R>) -> R {
     let owner = publish::log_owner(publish::position_sequence());
     crate::kept_plan::with_pinned_search_path(|| privileges::as_owner(owner, || Spi::connect_mut(body)))
         .unwrap_or_else(|e| StreamsError::Spi { doing: "a subscription statement", error: e.to_string() }.raise())

@@ -1,0 +1,631 @@
+//! The webhook worker: one background worker per database with webhooks.
+//!
+//! # Design
+//!
+//! The main thread does everything that touches PostgreSQL, in short
+//! transactions; requests run on threads (http.rs). Each turn of the loop:
+//!
+//! 1. One transaction records the outcomes that arrived (a 2xx moves the
+//!    webhook's subscription position over the events it carried; a
+//!    failure counts an attempt and schedules the next one) and reads the
+//!    webhooks. It commits synchronously (the worker's session otherwise
+//!    commits asynchronously): once the position moved, a crash does not
+//!    repeat those events.
+//! 2. For each active webhook with no request in flight whose next attempt
+//!    is due, a read-only transaction reads its next events (final ones,
+//!    after its position, at most `batch` and about [`MAX_BODY_BYTES`]),
+//!    and a thread sends them. A failed read fails that webhook's attempt
+//!    only.
+//! 3. The worker sleeps on its latch until a request finishes (its thread
+//!    signals the process), the horizon moves (the database's worker wakes
+//!    it like a long poll), a webhook changes (the changing transaction
+//!    wakes it at commit), or the earliest retry is due.
+//!
+//! A webhook has at most one request in flight, so its events arrive in
+//! position order. A retry resends the same events (up to the last
+//! position of the failed request, remembered while the worker runs).
+//!
+//! The worker is started by `create_webhook` and `resume_webhook` when none
+//! runs, and by the database's worker at its start and every few seconds
+//! while active webhooks exist without one (after a server restart, or
+//! when no worker slot was free). It exits when no active webhook is left,
+//! when the extension is dropped and before DROP DATABASE.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use pgrx::bgworkers::*;
+use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+use super::hosts::Allowed;
+use super::http::{self, Outcome, Request, Sender};
+use crate::error::StreamsError;
+use crate::notify::{parse_stream_selector, write_full_payload, Event, StreamSelector};
+use crate::shmem::{self, DbEntry};
+use crate::worker::{attempt, backoff, extension_installed, in_transaction, pin_session_settings, Failure};
+use crate::{gucs, privileges, publish};
+
+const LIBRARY: &str = "litebase_streams";
+const WORKER_TYPE: &str = "litebase_streams webhooks";
+
+/// About the most bytes of event data one request carries (stored size; one
+/// event always goes, whatever its size).
+const MAX_BODY_BYTES: i64 = 1 << 20;
+
+/// Start the webhook worker of database `db` (after transaction `after_xid`
+/// ends, if given). False when no background worker slot is free.
+pub fn launch(db: pg_sys::Oid, after_xid: Option<u32>) -> bool {
+    BackgroundWorkerBuilder::new(&format!("litebase_streams webhooks for database {}", db.to_u32()))
+        .set_type(WORKER_TYPE)
+        .set_library(LIBRARY)
+        .set_function("litebase_streams_webhook_worker_main")
+        .enable_spi_access()
+        .set_restart_time(Some(Duration::from_secs(1)))
+        .set_argument(Some(pg_sys::Datum::from(db.to_u32())))
+        .set_extra(&after_xid.map(|x| x.to_string()).unwrap_or_default())
+        .load_dynamic()
+        .is_ok()
+}
+
+/// Whether a webhook worker serves database `db`.
+pub fn running(db: pg_sys::Oid) -> bool {
+    shmem::find_db(db).is_some_and(|entry| entry.webhook_pid.load(Ordering::Acquire) != 0)
+}
+
+/// From the database's worker, in a transaction: start the webhook worker
+/// if active webhooks wait for one.
+pub fn ensure_worker(db: pg_sys::Oid) {
+    if running(db) || !webhooks_installed() {
+        return;
+    }
+    let wanted = Spi::get_one::<bool>(
+        "SELECT EXISTS (SELECT FROM streams.webhook_state w WHERE NOT w.paused AND w.disabled_at IS NULL)",
+    );
+    if matches!(wanted, Ok(Some(true))) && !launch(db, None) {
+        warning!("litebase_streams: no background worker slot for the webhook worker; retrying");
+    }
+}
+
+/// Whether this database's extension has webhooks (0.1.0, before its
+/// upgrade, has not).
+fn webhooks_installed() -> bool {
+    // SAFETY: catalog lookups with static C strings inside the caller's transaction.
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), true);
+        schema != pg_sys::InvalidOid
+            && pg_sys::get_relname_relid(c"webhook_state".as_ptr(), schema) != pg_sys::InvalidOid
+    }
+}
+
+/// Make the webhook worker of `entry` leave (the database's `stop` flag is
+/// set) and wait until it has.
+pub fn stop_for_drop(entry: &DbEntry) {
+    entry.wake_webhook_worker();
+    for _ in 0..1000 {
+        if entry.webhook_pid.load(Ordering::Acquire) == 0 {
+            break;
+        }
+        // SAFETY: in the DROP DATABASE backend, inside its transaction; a cancel's ERROR from
+        // CHECK_FOR_INTERRUPTS becomes a panic that the caller re-raises.
+        unsafe {
+            pg_sys::pg_usleep(10_000);
+            pg_sys::check_for_interrupts!();
+        }
+    }
+}
+
+#[pg_guard]
+#[no_mangle]
+pub extern "C-unwind" fn litebase_streams_webhook_worker_main(arg: pg_sys::Datum) {
+    let db = pg_sys::Oid::from(arg.value() as u32);
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(db), None);
+    crate::worker::wait_for_creator();
+    if !in_transaction(extension_installed) {
+        return;
+    }
+    let Some(entry) = shmem::claim_db(db) else { return };
+    // SAFETY: MyProcPid is set at process start, MyProc once connected; only read.
+    let (pid, procno) = unsafe { (pg_sys::MyProcPid, (*pg_sys::MyProc).pgprocno) };
+    if entry.stop.load(Ordering::Acquire) || !entry.attach_webhook_worker(pid, procno) {
+        return; // another one serves this database
+    }
+    // SAFETY: `entry` lives in shared memory for the server's life, so detach may use it at exit.
+    unsafe { pg_sys::before_shmem_exit(Some(detach), pg_sys::Datum::from(entry as *const DbEntry)) };
+    in_transaction(|| {
+        pin_session_settings();
+        // Progress must be durable before the next request goes out.
+        Spi::run("SET synchronous_commit = on").unwrap_or_else(|e| {
+            StreamsError::Spi { doing: "pinning the webhook worker's settings", error: e.to_string() }.raise()
+        });
+    });
+    // Woken like a long poll whenever the horizon moves.
+    if let Some(slot) = shmem::my_consumer_slot() {
+        slot.wait_in(db.to_u32(), 0);
+    }
+    log!("litebase_streams webhook worker started for database {}", db.to_u32());
+    serve(entry);
+}
+
+/// # Safety
+/// SAFETY: registered through before_shmem_exit with `arg` a `&'static DbEntry` in shared memory.
+#[pg_guard]
+unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
+    let entry = &*(arg.cast_mut_ptr::<DbEntry>() as *const DbEntry);
+    entry.detach_webhook_worker(pg_sys::MyProcPid);
+    if let Some(slot) = shmem::my_consumer_slot() {
+        slot.wait_in(0, 0);
+    }
+}
+
+/// A webhook as one turn of the loop sees it.
+struct Webhook {
+    id: i32,
+    name: String,
+    pattern: String,
+    owner: pg_sys::Oid,
+    url: String,
+    secret: String,
+    batch: i64,
+    /// Its subscription's position: delivered through.
+    position: i64,
+    active: bool,
+    /// When its next attempt is due (zero: now).
+    due_in: Duration,
+}
+
+/// What became of an attempt, to record.
+struct Report {
+    webhook: i32,
+    /// The position the events followed, and the last one sent.
+    after: i64,
+    last: i64,
+    status: Option<u16>,
+    /// None: delivered.
+    error: Option<String>,
+    /// Give up: disable the webhook.
+    disable: bool,
+}
+
+impl From<Outcome> for Report {
+    fn from(outcome: Outcome) -> Report {
+        let disable = outcome.gone();
+        let error = if disable { Some("the endpoint answered 410 Gone".to_owned()) } else { outcome.error };
+        Report {
+            webhook: outcome.webhook,
+            after: outcome.after,
+            last: outcome.last,
+            status: outcome.status,
+            error,
+            disable,
+        }
+    }
+}
+
+fn serve(entry: &'static DbEntry) {
+    let mut sender = Sender::new(gucs::webhook_timeout(), allowed_hosts());
+    let mut in_flight: HashSet<i32> = HashSet::new();
+    // The last position of a webhook's failed request: its retry resends the same events.
+    let mut retry_upto: HashMap<i32, i64> = HashMap::new();
+    // (position, horizon) a webhook was found to have nothing in: not read again until one moves.
+    let mut nothing_in: HashMap<i32, (i64, i64)> = HashMap::new();
+    let mut reports: Vec<Report> = Vec::new();
+    let mut failures = 0u32;
+    let mut log_id = String::new();
+    loop {
+        if entry.stop.load(Ordering::Acquire) {
+            return; // DROP DATABASE waits for us; exit 0
+        }
+        if crate::worker::shutdown_requested() {
+            // SAFETY: outside any transaction; proc_exit runs detach and never returns.
+            unsafe { pg_sys::proc_exit(1) };
+        }
+        if BackgroundWorker::sighup_received() {
+            // SAFETY: outside any transaction, as every backend reloads on SIGHUP.
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+            sender.reconfigure(gucs::webhook_timeout(), allowed_hosts());
+        }
+        for outcome in sender.finished() {
+            in_flight.remove(&outcome.webhook);
+            if outcome.delivered() {
+                retry_upto.remove(&outcome.webhook);
+            } else {
+                retry_upto.insert(outcome.webhook, outcome.last);
+            }
+            reports.push(outcome.into());
+        }
+        let turn = attempt(|| {
+            if !extension_installed() {
+                return None;
+            }
+            Some(Spi::connect_mut(|client| {
+                record(client, &reports)?;
+                if log_id.is_empty() {
+                    log_id = client
+                        .select("SELECT streams.log_id()::text", None, &[])?
+                        .first()
+                        .get::<String>(1)?
+                        .unwrap_or_default();
+                }
+                load(client)
+            }))
+        });
+        let (webhooks, horizon) = match turn {
+            Ok(None) => {
+                log!("litebase_streams webhook worker: extension dropped, exiting");
+                return;
+            }
+            Ok(Some(Ok(loaded))) => {
+                failures = 0;
+                reports.clear();
+                loaded
+            }
+            Ok(Some(Err(error))) => {
+                failures += 1;
+                warn_failed(&Failure { message: error.to_string(), sqlstate: "XX000".into() }, backoff(failures));
+                sleep(backoff(failures));
+                continue;
+            }
+            Err(failure) => {
+                failures += 1;
+                warn_failed(&failure, backoff(failures));
+                sleep(backoff(failures));
+                continue;
+            }
+        };
+        if in_flight.is_empty() && !webhooks.iter().any(|w| w.active) {
+            log!("litebase_streams webhook worker: no active webhook left, exiting");
+            return;
+        }
+        let mut next_due = gucs::idle_poll();
+        let idle: Vec<&Webhook> = webhooks.iter().filter(|w| w.active && !in_flight.contains(&w.id)).collect();
+        for webhook in idle {
+            if !webhook.due_in.is_zero() {
+                next_due = next_due.min(webhook.due_in);
+                continue;
+            }
+            // A retry resends what failed (unless a seek moved the webhook past it).
+            let upto = retry_upto
+                .get(&webhook.id)
+                .filter(|&&last| last > webhook.position)
+                .map_or(horizon, |&last| last.min(horizon));
+            if nothing_in.get(&webhook.id) == Some(&(webhook.position, upto)) {
+                continue;
+            }
+            match attempt(|| next_request(webhook, upto, &log_id)) {
+                Ok(Ok(None)) => {
+                    nothing_in.insert(webhook.id, (webhook.position, upto));
+                }
+                Ok(Ok(Some(request))) => {
+                    let (after, last) = (request.after, request.last);
+                    match sender.send(request) {
+                        Ok(()) => {
+                            in_flight.insert(webhook.id);
+                        }
+                        Err(error) => reports.push(failed(webhook, after, last, error, false)),
+                    }
+                }
+                Ok(Err((error, disable))) => {
+                    reports.push(failed(webhook, webhook.position, webhook.position + 1, error, disable))
+                }
+                Err(failure) => reports.push(failed(
+                    webhook,
+                    webhook.position,
+                    webhook.position + 1,
+                    format!("reading its events failed: {} (SQLSTATE {})", failure.message, failure.sqlstate),
+                    false,
+                )),
+            }
+        }
+        if reports.is_empty() {
+            sleep(next_due);
+        }
+    }
+}
+
+fn failed(webhook: &Webhook, after: i64, last: i64, error: String, disable: bool) -> Report {
+    Report { webhook: webhook.id, after, last, status: None, error: Some(error), disable }
+}
+
+/// Sleep on the latch; SIGTERM or postmaster death end the process.
+fn sleep(wait: Duration) {
+    if !wait.is_zero() && !BackgroundWorker::wait_latch(Some(wait)) {
+        // SAFETY: outside any transaction; proc_exit runs detach and never returns.
+        unsafe { pg_sys::proc_exit(1) };
+    }
+}
+
+fn allowed_hosts() -> Allowed {
+    Allowed::parse(&gucs::webhook_allowed_hosts()).unwrap_or_else(|e| {
+        warning!("litebase_streams: litebase_streams.webhook_allowed_hosts is invalid ({e}); only public addresses are allowed");
+        Allowed::default()
+    })
+}
+
+fn warn_failed(failure: &Failure, backoff: Duration) {
+    ereport!(
+        PgLogLevel::WARNING,
+        PgSqlErrorCode::ERRCODE_WARNING,
+        format!(
+            "litebase_streams: webhook worker turn failed, retrying in {} ms: {} (SQLSTATE {})",
+            backoff.as_millis(),
+            failure.message,
+            failure.sqlstate
+        ),
+        "Requests in flight are recorded once a turn succeeds; nothing is lost."
+    );
+}
+
+/// Record what became of the attempts: move positions over delivered
+/// events, count failures, schedule retries, disable what gave up.
+fn record(client: &mut SpiClient<'_>, reports: &[Report]) -> SpiResult<()> {
+    for report in reports {
+        let Some(error) = &report.error else {
+            let args: [DatumWithOid; 4] =
+                [report.webhook.into(), report.after.into(), report.last.into(), report.status.map(i32::from).into()];
+            // Only over the position the events followed: a seek meanwhile wins.
+            client.update(
+                "WITH moved AS (
+                     UPDATE streams.subscription_state s SET position = $3, last_ack_at = pg_catalog.now()
+                     WHERE s.id = $1 AND s.position = $2 RETURNING s.id
+                 )
+                 UPDATE streams.webhook_state w
+                 SET attempts = 0, failing_since = NULL, next_attempt_at = NULL, last_status = $4,
+                     last_error = NULL, last_attempt_at = pg_catalog.now(), last_success_at = pg_catalog.now()
+                 WHERE w.subscription = $1",
+                None,
+                &args,
+            )?;
+            continue;
+        };
+        let state = client.update(
+            "SELECT w.attempts, pg_catalog.now() - w.failing_since >= pg_catalog.make_interval(secs => $2)
+             FROM streams.webhook_state w WHERE w.subscription = $1 FOR NO KEY UPDATE",
+            None,
+            &[report.webhook.into(), f64::from(gucs::WEBHOOK_DISABLE_AFTER_S.get()).into()],
+        )?;
+        if state.is_empty() {
+            continue; // dropped meanwhile
+        }
+        let row = state.first();
+        let attempts = row.get::<i32>(1)?.unwrap_or(0).saturating_add(1);
+        let failing_too_long = gucs::WEBHOOK_DISABLE_AFTER_S.get() > 0 && row.get::<bool>(2)?.unwrap_or(false);
+        let max_attempts = gucs::WEBHOOK_MAX_ATTEMPTS.get();
+        let (disable, error) = if report.disable {
+            (true, format!("disabled: {error}"))
+        } else if max_attempts > 0 && attempts >= max_attempts {
+            (true, format!("disabled after {attempts} failed attempts: {error}"))
+        } else if failing_too_long {
+            (true, format!("disabled after failing for litebase_streams.webhook_disable_after: {error}"))
+        } else {
+            (false, error.clone())
+        };
+        let args: [DatumWithOid; 6] = [
+            report.webhook.into(),
+            attempts.into(),
+            report.status.map(i32::from).into(),
+            error.as_str().into(),
+            (retry_delay(attempts).as_secs_f64()).into(),
+            disable.into(),
+        ];
+        client.update(
+            "UPDATE streams.webhook_state w
+             SET attempts = $2, failing_since = coalesce(w.failing_since, pg_catalog.now()), last_status = $3,
+                 last_error = $4, last_attempt_at = pg_catalog.now(),
+                 next_attempt_at = CASE WHEN $6 THEN NULL
+                                        ELSE pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $5) END,
+                 disabled_at = CASE WHEN $6 THEN pg_catalog.now() ELSE w.disabled_at END
+             WHERE w.subscription = $1",
+            None,
+            &args,
+        )?;
+    }
+    Ok(())
+}
+
+/// The backoff before attempt `attempts + 1`: `webhook_retry_min`
+/// doubled per failed attempt, capped at `webhook_retry_max`, and a
+/// random point between half and all of it (so that webhooks failing
+/// together do not retry together).
+fn retry_delay(attempts: i32) -> Duration {
+    let min = gucs::WEBHOOK_RETRY_MIN_MS.get().max(1) as u64;
+    let max = (gucs::WEBHOOK_RETRY_MAX_MS.get().max(1) as u64).max(min);
+    let exponent = attempts.saturating_sub(1).clamp(0, 40) as u32;
+    let full = min.saturating_mul(1u64 << exponent.min(40)).min(max);
+    // SAFETY: the backend's global PRNG, used from the main thread only.
+    let jitter = unsafe { pg_sys::pg_prng_uint64_range(&raw mut pg_sys::pg_global_prng_state, 0, full / 2) };
+    Duration::from_millis(full - jitter)
+}
+
+/// The webhooks, and the horizon.
+fn load(client: &mut SpiClient<'_>) -> SpiResult<(Vec<Webhook>, i64)> {
+    let horizon = client.select("SELECT streams.horizon()", None, &[])?.first().get::<i64>(1)?.unwrap_or(0);
+    let rows = client.select(
+        "SELECT s.id, s.name::text, s.stream::text, s.owner::oid, s.position, w.url, w.secret, w.batch,
+                NOT w.paused AND w.disabled_at IS NULL,
+                GREATEST(0, pg_catalog.ceil(EXTRACT(epoch FROM w.next_attempt_at - pg_catalog.clock_timestamp()) * 1000))::bigint
+         FROM streams.webhook_state w JOIN streams.subscription_state s ON s.id = w.subscription
+         ORDER BY s.id",
+        None,
+        &[],
+    )?;
+    let mut webhooks = Vec::with_capacity(rows.len());
+    for row in rows {
+        webhooks.push(Webhook {
+            id: row.get::<i32>(1)?.unwrap_or(0),
+            name: row.get::<String>(2)?.unwrap_or_default(),
+            pattern: row.get::<String>(3)?.unwrap_or_default(),
+            owner: row.get::<pg_sys::Oid>(4)?.unwrap_or(pg_sys::InvalidOid),
+            position: row.get::<i64>(5)?.unwrap_or(0),
+            url: row.get::<String>(6)?.unwrap_or_default(),
+            secret: row.get::<String>(7)?.unwrap_or_default(),
+            batch: i64::from(row.get::<i32>(8)?.unwrap_or(1)),
+            active: row.get::<bool>(9)?.unwrap_or(false),
+            due_in: Duration::from_millis(row.get::<i64>(10)?.unwrap_or(0).max(0) as u64),
+        });
+    }
+    Ok((webhooks, horizon))
+}
+
+/// The next request of `webhook`: its events after its position up to
+/// `upto`; None when there are none. Err((why, disable)) when the webhook
+/// cannot be served (its owner lost the read privilege: disable it).
+fn next_request(webhook: &Webhook, upto: i64, log_id: &str) -> Result<Option<Request>, (String, bool)> {
+    let Ok(selector) = parse_stream_selector(&webhook.pattern) else {
+        return Err((format!("its stream pattern \"{}\" is invalid", webhook.pattern), true));
+    };
+    let Some(key) = http::signing_key(&webhook.secret) else {
+        return Err(("its secret is not whsec_ and base64".into(), true));
+    };
+    let log = publish::position_sequence();
+    if !privileges::as_owner(webhook.owner, || privileges::may_read_all(&webhook.pattern, log)) {
+        return Err((
+            format!(
+                "its owner may no longer read every stream of \"{}\" (streams.grant('read', ...))",
+                webhook.pattern
+            ),
+            true,
+        ));
+    }
+    let read = Spi::connect(|client| {
+        let Some(last) = last_position_to_send(client, webhook, &selector, upto)? else { return Ok(None) };
+        let single = webhook.batch == 1;
+        let mut body = Body::default();
+        let mut first = None;
+        let events = events_between(client, &selector, webhook.position, last)?;
+        for (n, row) in events.enumerate() {
+            let position = row.get::<i64>(1)?.unwrap_or(0);
+            let event = Event {
+                position,
+                stream: row.get::<&str>(2)?.unwrap_or_default(),
+                time_us: row.get::<TimestampWithTimeZone>(3)?.map_or(0, crate::delivery::unix_micros),
+                tx: row.get::<i64>(4)?.unwrap_or(0),
+                prev: row.get::<i64>(5)?.unwrap_or(0),
+                data: row.get::<&str>(6)?,
+                private: false,
+            };
+            first.get_or_insert(position);
+            let written = (|| {
+                if !single {
+                    body.write_all(if n == 0 { b"[" } else { b"," })?;
+                }
+                write_full_payload(&mut body, &event)
+            })();
+            if let Err(error) = written {
+                return Ok(Some(Err(format!("building the request failed: {error}"))));
+            }
+        }
+        let Some(first) = first else { return Ok(None) };
+        if !single && body.write_all(b"]").is_err() {
+            return Ok(Some(Err("building the request failed: out of memory".into())));
+        }
+        let id = if first == last {
+            format!("msg_{}_{}_{first}", log_id.replace('-', ""), webhook.id)
+        } else {
+            format!("msg_{}_{}_{first}-{last}", log_id.replace('-', ""), webhook.id)
+        };
+        Ok::<_, pgrx::spi::Error>(Some(Ok(Request {
+            webhook: webhook.id,
+            last,
+            after: webhook.position,
+            url: webhook.url.clone(),
+            id,
+            key,
+            body: body.0,
+        })))
+    });
+    match read {
+        Ok(None) => Ok(None),
+        Ok(Some(Ok(request))) => Ok(Some(request)),
+        Ok(Some(Err(error))) => Err((error, false)),
+        Err(error) => StreamsError::Spi { doing: "reading a webhook's events", error: error.to_string() }.raise(),
+    }
+    .map_err(|(error, disable): (String, bool)| (format!("webhook \"{}\": {error}", webhook.name), disable))
+}
+
+/// The last position the next request carries: at most `batch` events
+/// after the position, up to `upto`, and no more than about
+/// [`MAX_BODY_BYTES`] of data (at least one event). Sizes come from the
+/// stored form, without reading the data.
+fn last_position_to_send(
+    client: &SpiClient<'_>,
+    webhook: &Webhook,
+    selector: &StreamSelector,
+    upto: i64,
+) -> SpiResult<Option<i64>> {
+    let (filter, mut args) = selector_filter(selector, 4);
+    let sql = format!(
+        "SELECT e.position, pg_catalog.pg_column_size(e.data)::bigint FROM streams.event_log e
+         WHERE e.position > $1 AND e.position <= $2 {filter} ORDER BY e.position LIMIT $3"
+    );
+    let mut all: Vec<DatumWithOid> = vec![webhook.position.into(), upto.into(), webhook.batch.into()];
+    all.append(&mut args);
+    let (mut last, mut bytes) = (None, 0i64);
+    for row in client.select(&sql, None, &all)? {
+        let size = row.get::<i64>(2)?.unwrap_or(0);
+        if last.is_some() && bytes + size > MAX_BODY_BYTES {
+            break;
+        }
+        bytes += size;
+        last = row.get::<i64>(1)?;
+    }
+    Ok(last)
+}
+
+/// The events of the pattern in `(after, last]`, as the payload needs them.
+fn events_between<'c>(
+    client: &'c SpiClient<'_>,
+    selector: &StreamSelector,
+    after: i64,
+    last: i64,
+) -> SpiResult<pgrx::spi::SpiTupleTable<'c>> {
+    let (filter, mut args) = selector_filter(selector, 3);
+    let sql = format!(
+        "SELECT e.position, e.stream::text, e.time, e.tx::text::bigint,
+                coalesce((SELECT p.position FROM streams.event_log p
+                          WHERE p.stream = e.stream AND p.position < e.position
+                          ORDER BY p.position DESC LIMIT 1), 0),
+                e.data::text
+         FROM streams.events e
+         WHERE e.position > $1 AND e.position <= $2 {filter} ORDER BY e.position"
+    );
+    let mut all: Vec<DatumWithOid> = vec![after.into(), last.into()];
+    all.append(&mut args);
+    client.select(&sql, None, &all)
+}
+
+/// The stream condition of a pattern on `e.stream`, as parameters `$n`
+/// (and `$n+1`), and their values.
+fn selector_filter(selector: &StreamSelector, n: usize) -> (String, Vec<DatumWithOid<'_>>) {
+    match selector {
+        StreamSelector::Exact(name) => (format!("AND e.stream = ${n}"), vec![name.as_str().into()]),
+        StreamSelector::Prefix { prefix, upper } => (
+            format!("AND e.stream >= ${n} AND e.stream < ${}", n + 1),
+            vec![prefix.as_str().into(), upper.as_str().into()],
+        ),
+        StreamSelector::All => (String::new(), vec![]),
+    }
+}
+
+/// A request body that reports an allocation failure as an error instead
+/// of aborting the process (which would restart the whole server).
+#[derive(Default)]
+struct Body(Vec<u8>);
+
+impl Write for Body {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.try_reserve(bytes.len()).map_err(|_| std::io::Error::from(std::io::ErrorKind::OutOfMemory))?;
+        self.0.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+type SpiResult<T> = Result<T, pgrx::spi::Error>;
