@@ -29,6 +29,9 @@ rotating order (A B C, B C A, C A B), and reports medians:
   6. subscriptions: consume throughput of an ordered subscription vs replay()
      pages with an own cursor table vs PgQ 3, competing consumers on an
      unordered subscription, long-poll wake-up latency.
+  7. webhooks: events/s delivered to one local endpoint and to 10 at once
+     (one event per request and up to 100), commit-to-request latency at
+     1,000 events/s, alone and beside a webhook whose endpoint times out.
 
 The code follows the run: measure -> results.json -> report.
   bench/bench.py        this driver: options, the order of the phases, results.json

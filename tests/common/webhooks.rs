@@ -144,8 +144,7 @@ impl Receiver {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
         std::fs::write(dir.join("config.json"), "{}").unwrap();
-        let mut receiver =
-            Receiver { dir, port: 0, child: Mutex::new(None), config: Mutex::new(BTreeMap::new()) };
+        let mut receiver = Receiver { dir, port: 0, child: Mutex::new(None), config: Mutex::new(BTreeMap::new()) };
         receiver.port = receiver.spawn(0);
         receiver
     }
