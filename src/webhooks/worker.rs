@@ -312,12 +312,14 @@ fn serve(entry: &'static DbEntry) {
                 Ok(Err((error, disable))) => {
                     reports.push(failed(webhook, webhook.position, webhook.position + 1, error, disable))
                 }
+                // 42501: the privilege check itself was denied (the owner
+                // lost even the schema): the owner may not read.
                 Err(failure) => reports.push(failed(
                     webhook,
                     webhook.position,
                     webhook.position + 1,
                     format!("reading its events failed: {} (SQLSTATE {})", failure.message, failure.sqlstate),
-                    false,
+                    failure.sqlstate == "42501",
                 )),
             }
         }
