@@ -279,7 +279,8 @@ fn default_privileges_do_not_reach_the_log() {
                AND (has_table_privilege($1, c.oid, 'SELECT') OR has_table_privilege($1, c.oid, 'UPDATE')
                     OR has_table_privilege($1, c.oid, 'DELETE'))
                -- Readable by everyone on purpose; each role sees only its own rows.
-               AND c.oid NOT IN ('streams.stream_grants'::regclass, 'streams.subscriptions'::regclass)",
+               AND c.oid NOT IN ('streams.stream_grants'::regclass, 'streams.subscriptions'::regclass,
+                                 'streams.webhooks'::regclass)",
             &[&reporting.name],
         )
         .unwrap()
