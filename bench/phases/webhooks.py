@@ -302,7 +302,8 @@ def _latency(b, cfg, batch, slow):
                 (recs,) = H._recv(rx, cfg["wh_lat_secs"] + 120, "publisher")
                 sent.extend(recs)
                 p.join(10)
-            _wait_position(c, [fast], max(r[0] for r in sent), timeout=60)
+            # A webhook slower than the publishers (batch 1) drains its backlog now.
+            _wait_position(c, [fast], max(r[0] for r in sent), timeout=600)
             sleeper_state = None
             if slow:
                 sleeper_state = c.execute("SELECT state, position, attempts, last_error FROM streams.webhooks "
