@@ -60,6 +60,11 @@ pub struct Config {
     #[arg(long, env = "LITEBASE_GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
+    /// Origins browsers may call the gateway from (CORS): `*`, or a comma-separated list such as
+    /// `https://app.example.com,http://localhost:3000`. None by default (same origin only).
+    #[arg(long, env = "LITEBASE_GATEWAY_ALLOW_ORIGIN")]
+    pub allow_origin: Option<String>,
+
     /// HS256 secret that signs the clients' JWTs. Without it no token is accepted.
     #[arg(long, env = "LITEBASE_GATEWAY_JWT_SECRET", hide_env_values = true)]
     pub jwt_secret: Option<String>,
@@ -67,6 +72,11 @@ pub struct Config {
     /// Role for requests without a token (none by default: they get 401).
     #[arg(long, env = "LITEBASE_GATEWAY_ANONYMOUS_ROLE")]
     pub anonymous_role: Option<String>,
+
+    /// Role /healthz asks `streams.worker_pid()` as (it needs the read privilege on some stream). Default: the
+    /// anonymous role, else the role of the latest subscription; without any, /healthz checks the database only.
+    #[arg(long, env = "LITEBASE_GATEWAY_HEALTH_ROLE")]
+    pub health_role: Option<String>,
 
     /// Database connections for queries (catch-up, pages, publish), besides the one that LISTENs.
     #[arg(long, env = "LITEBASE_GATEWAY_POOL_SIZE", default_value_t = 4)]
@@ -78,11 +88,11 @@ pub struct Config {
 
     /// Most events queued for one client (SSE connection or WebSocket subscription); a client that falls
     /// further behind is disconnected.
-    #[arg(long, env = "LITEBASE_GATEWAY_CLIENT_BUFFER_EVENTS", default_value_t = 1024)]
+    #[arg(long, env = "LITEBASE_GATEWAY_CLIENT_BUFFER_EVENTS", default_value_t = 4096)]
     pub client_buffer_events: usize,
 
     /// Most bytes of events queued for one client; a client that falls further behind is disconnected.
-    #[arg(long, env = "LITEBASE_GATEWAY_CLIENT_BUFFER_BYTES", default_value_t = 256 * 1024)]
+    #[arg(long, env = "LITEBASE_GATEWAY_CLIENT_BUFFER_BYTES", default_value_t = 1024 * 1024)]
     pub client_buffer_bytes: usize,
 
     /// Events per catch-up query (streams.replay's max_events).

@@ -187,17 +187,20 @@ impl Db {
         Ok(position)
     }
 
-    /// The pid of this database's worker, if one runs (any role may see it in pg_stat_activity).
-    pub async fn health(&self) -> Result<Option<i32>, ApiError> {
-        let client = self.primary.get().await?;
-        let row = client
-            .query_one(
-                "SELECT (SELECT a.pid FROM pg_catalog.pg_stat_activity a WHERE a.backend_type = 'litebase_streams worker' \
-                 AND a.datname = pg_catalog.current_database() LIMIT 1)",
-                &[],
-            )
-            .await?;
-        Ok(row.get(0))
+    /// Whether the database answers, and the worker's pid as `role` sees it
+    /// (`streams.worker_pid()`, null while no worker runs); without a role,
+    /// only whether the database answers.
+    pub async fn health(&self, role: Option<&str>) -> Result<Option<i32>, ApiError> {
+        let mut client = self.primary.get().await?;
+        let Some(role) = role else {
+            client.query_one("SELECT 1", &[]).await?;
+            return Ok(None);
+        };
+        let tx = begin(&mut client, role, true).await?;
+        let stmt = tx.prepare_cached(HORIZON).await?;
+        let pid: Option<i32> = tx.query_one(&stmt, &[]).await?.get(1);
+        tx.commit().await?;
+        Ok(pid)
     }
 }
 

@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 #[derive(Debug)]
 pub struct Event {
     pub position: i64,
+    pub stream: String,
     /// The event as JSON.
     pub json: String,
     /// Its Server-Sent Events frame: `id:`, `event:`, `data:`.
@@ -30,7 +31,7 @@ impl Event {
             compact_json(data)
         );
         let sse = Bytes::from(format!("id: {position}\nevent: {stream}\ndata: {json}\n\n"));
-        Event { position, json, sse }
+        Event { position, stream, json, sse }
     }
 
     /// The WebSocket message for a subscription to `pattern_json` (the

@@ -45,15 +45,40 @@ pub struct EventsQuery {
 
 pub fn router(hub: Arc<Hub>, auth: Auth) -> Router {
     let max_body = hub.cfg.max_body_bytes;
+    let cors = cors(hub.cfg.allow_origin.as_deref());
     let app = Arc::new(App { hub, auth, connections: AtomicUsize::new(0) });
-    Router::new()
+    let router = Router::new()
         .route("/v1/streams/{pattern}/events", get(events).post(publish))
         .route("/v1/ws", get(ws::upgrade))
         .route("/healthz", get(healthz))
         .route("/metrics", get(render_metrics))
         .fallback(|| async { ApiError::not_found() })
         .layer(DefaultBodyLimit::max(max_body))
-        .with_state(app)
+        .with_state(app);
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
+}
+
+/// CORS for browsers on other origins (EventSource and fetch need it; a
+/// WebSocket does not). Tokens travel in the Authorization header or the
+/// access_token parameter, never in cookies, so no credentials are allowed.
+fn cors(allow_origin: Option<&str>) -> Option<tower_http::cors::CorsLayer> {
+    use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+    let allow_origin = allow_origin?.trim();
+    let origins = if allow_origin == "*" {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(allow_origin.split(',').filter_map(|o| o.trim().parse().ok()))
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(origins)
+            .allow_methods([axum::http::Method::GET, axum::http::Method::POST])
+            .allow_headers(Any)
+            .expose_headers(Any),
+    )
 }
 
 /// Counts an SSE or WebSocket connection while it lives.
@@ -228,14 +253,21 @@ async fn publish(
     Ok((StatusCode::CREATED, Json(serde_json::json!({ "position": position }))))
 }
 
+/// 200 when the database answers and (asked as a role that may read) its
+/// worker runs; 503 otherwise.
 async fn healthz(State(app): State<Arc<App>>) -> Result<Json<serde_json::Value>, ApiError> {
-    match app.hub.db.health().await? {
-        Some(pid) => Ok(Json(serde_json::json!({
+    let cfg = &app.hub.cfg;
+    let role = cfg.health_role.clone().or(cfg.anonymous_role.clone()).or(app.hub.last_role.lock().unwrap().clone());
+    let listening = app.hub.listening.load(Ordering::Relaxed);
+    match (role.is_some(), app.hub.db.health(role.as_deref()).await?) {
+        (true, None) => Err(ApiError::unavailable("no litebase_streams worker runs for this database")),
+        (_, pid) => Ok(Json(serde_json::json!({
             "status": "ok",
+            "database": "ok",
             "worker_pid": pid,
-            "listening": app.hub.listening.load(Ordering::Relaxed),
+            "worker": if role.is_some() { "running" } else { "unknown: no role to ask as (--health-role)" },
+            "listening": listening,
         }))),
-        None => Err(ApiError::unavailable("no litebase_streams worker runs for this database")),
     }
 }
 

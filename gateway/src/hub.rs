@@ -58,6 +58,8 @@ pub struct Hub {
     worker_pid: AtomicI32,
     pub listening: std::sync::atomic::AtomicBool,
     next_client: AtomicU64,
+    /// The role of the latest successful replay (/healthz may ask as it).
+    pub last_role: Mutex<Option<String>>,
 }
 
 struct ListenRequest {
@@ -89,6 +91,8 @@ pub struct Topic {
     state: Mutex<TopicState>,
     wake: Notify,
     init: tokio::sync::Mutex<bool>,
+    /// The streams whose channels this topic has LISTENed on.
+    channels: tokio::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 struct TopicState {
@@ -117,6 +121,7 @@ impl Hub {
             worker_pid: AtomicI32::new(0),
             listening: false.into(),
             next_client: AtomicU64::new(1),
+            last_role: Mutex::new(None),
         });
         tokio::spawn(listener(hub.clone(), requests));
         hub
@@ -176,6 +181,10 @@ impl Hub {
 
     fn dispatch(&self, channel: &str, note: Note) {
         metrics::get().notifications.increment(1);
+        if note.pid != self.worker_pid.load(Ordering::Relaxed) {
+            // Forged, or the worker restarted: the topics replay instead.
+            metrics::get().unverified_notifications.increment(1);
+        }
         let topics = self.topics.lock().unwrap();
         for topic in topics.values().filter(|t| t.selector.matches(channel)) {
             let mut st = topic.state.lock().unwrap();
@@ -222,6 +231,7 @@ impl Topic {
             }),
             wake: Notify::new(),
             init: tokio::sync::Mutex::new(false),
+            channels: Default::default(),
         }
     }
 
@@ -238,8 +248,10 @@ impl Topic {
         }
         let (names, horizon) = hub.db.stream_names(&self.role, &self.selector).await?;
         if !matches!(self.selector, Selector::Exact(_)) {
+            let mut channels = self.channels.lock().await;
             for name in &names {
                 hub.listen(name).await?;
+                channels.insert(name.clone());
             }
         }
         self.state.lock().unwrap().tail = horizon;
@@ -335,7 +347,6 @@ impl Topic {
         if worker == 0 || note.pid != worker {
             // Forged, or the worker restarted: never forwarded; a replay
             // (which also re-reads worker_pid()) decides.
-            metrics::get().unverified_notifications.increment(1);
             return Action::Replay;
         }
         let Ok(payload) = serde_json::from_str::<Payload>(&note.payload) else {
@@ -371,7 +382,21 @@ impl Topic {
                 }
             };
             hub.note_worker_pid(page.worker_pid);
+            if hub.last_role.lock().unwrap().as_deref() != Some(self.role.as_str()) {
+                *hub.last_role.lock().unwrap() = Some(self.role.clone());
+            }
             let short = page.events.len() < hub.cfg.page_size as usize;
+            debug!(pattern = %self.pattern, tail, events = page.events.len(), horizon = page.horizon, "topic replay");
+            if !matches!(self.selector, Selector::Exact(_)) {
+                // Streams this pattern meets for the first time: their
+                // notifications wake it from now on.
+                let mut channels = self.channels.lock().await;
+                for event in &page.events {
+                    if !channels.contains(&event.stream) && hub.listen(&event.stream).await.is_ok() {
+                        channels.insert(event.stream.clone());
+                    }
+                }
+            }
             let mut st = self.state.lock().unwrap();
             for event in &page.events {
                 if event.position > st.tail {
@@ -390,12 +415,17 @@ impl Topic {
         let budget = hub.cfg.client_buffer_bytes;
         let before = st.clients.len();
         st.clients.retain(|slot| {
-            if slot.queued.fetch_add(size, Ordering::Relaxed) + size > budget {
+            let queued = slot.queued.fetch_add(size, Ordering::Relaxed) + size;
+            if queued > budget {
+                debug!(client = slot.id, queued, budget, size, position = event.position, "over the byte budget");
                 return overflow(slot);
             }
             match slot.tx.try_send(event.clone()) {
                 Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => overflow(slot),
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    debug!(client = slot.id, queued, "queue full");
+                    overflow(slot)
+                }
                 Err(mpsc::error::TrySendError::Closed(_)) => false,
             }
         });

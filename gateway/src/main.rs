@@ -93,12 +93,19 @@ async fn serve(cfg: config::Config) -> Result<(), String> {
                 request.extensions_mut().insert(conn_kill.clone());
                 request
             });
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&socket);
             let connection = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(socket), TowerToHyperService::new(service))
                 .with_upgrades();
+            tokio::pin!(connection);
             tokio::select! {
-                _ = connection => {}
-                _ = kill.notified() => {}
+                _ = &mut connection => {}
+                _ = kill.notified() => {
+                    // Reset rather than close: the client sees the end at
+                    // once instead of after what its socket buffers still
+                    // hold, and the kernel frees them.
+                    reset_on_close(fd);
+                }
             }
         });
     }
@@ -109,6 +116,22 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+/// SO_LINGER 0 on a socket that is still open (the connection future owns it until it is dropped).
+fn reset_on_close(fd: std::os::fd::RawFd) {
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: `fd` is an open socket (its owner has not been dropped yet) and
+    // `linger` outlives the call.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &linger as *const libc::linger as *const libc::c_void,
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
     }
 }
 

@@ -135,6 +135,7 @@ impl Subscription {
         self.pending.extend(page.events);
         if short {
             if page.horizon >= self.seam {
+                tracing::debug!(client = self.slot.id(), last = self.last, horizon = page.horizon, "caught up");
                 self.caught_up = true;
             } else {
                 // A standby behind the primary: wait for it to get there.

@@ -9,6 +9,7 @@
 //! current one).
 #![allow(dead_code)]
 
+pub mod gateway;
 pub mod pgbouncer;
 pub mod webhooks;
 

@@ -1,0 +1,394 @@
+//! The gateway (gateway/, `litebase-streams-gateway`) as the tests use it:
+//! started as a process against a test database, as a role of its own that
+//! only holds membership of the roles it serves (the README's recipe), plus
+//! small clients: raw HTTP/1.0 requests, an SSE reader, WebSocket
+//! (tungstenite) and tokens (jsonwebtoken).
+//!
+//! The binary comes from `LITEBASE_STREAMS_GATEWAY_BIN`, or the `gateway`
+//! profile's build (`cargo build --profile gateway -p litebase-streams-gateway`,
+//! which scripts/test.sh runs before the integration tests), or a debug build.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{base_config, wait_until, TestDb};
+
+pub const SECRET: &str = "gateway-test-secret";
+
+/// The gateway binary, or a panic that says how to build it.
+pub fn binary() -> PathBuf {
+    if let Ok(bin) = std::env::var("LITEBASE_STREAMS_GATEWAY_BIN") {
+        return PathBuf::from(bin);
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("target"));
+    for profile in ["gateway", "release", "debug"] {
+        let bin = target.join(profile).join("litebase-streams-gateway");
+        if bin.exists() {
+            return bin;
+        }
+    }
+    panic!("no gateway binary: run `cargo build --profile gateway -p litebase-streams-gateway` (scripts/test.sh does)");
+}
+
+/// A libpq connection string for `db` as `user` on the test cluster.
+pub fn dsn(db: &str, user: &str) -> String {
+    let config = base_config();
+    let host = match config.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(h)) => h.clone(),
+        #[cfg(unix)]
+        Some(postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => "127.0.0.1".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!("host={host} port={port} user={user} dbname={db}")
+}
+
+pub fn token(role: &str) -> String {
+    token_with(role, SECRET)
+}
+
+pub fn token_with(role: &str, secret: &str) -> String {
+    #[derive(serde::Serialize)]
+    struct Claims<'a> {
+        role: &'a str,
+        exp: u64,
+    }
+    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 3600;
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &Claims { role, exp },
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// A running gateway; killed on drop.
+pub struct Gateway {
+    child: Option<Child>,
+    pub port: u16,
+    database_url: String,
+    args: Vec<String>,
+    pub log: PathBuf,
+}
+
+impl Gateway {
+    /// A gateway for `db`, logging in as `login` (a role that is a member of
+    /// the roles its tokens name), with extra flags.
+    pub fn start(db: &TestDb, login: &str, args: &[&str]) -> Gateway {
+        Self::start_url(&dsn(&db.name, login), args)
+    }
+
+    pub fn start_url(database_url: &str, args: &[&str]) -> Gateway {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let log = std::env::temp_dir().join(format!("litebase-gateway-test-{}-{port}.log", std::process::id()));
+        let mut gateway = Gateway {
+            child: None,
+            port,
+            database_url: database_url.to_owned(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            log,
+        };
+        gateway.spawn();
+        gateway
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(binary())
+            .args(["--listen", &format!("127.0.0.1:{}", self.port), "--database-url", &self.database_url])
+            .args(&self.args)
+            .env("LITEBASE_GATEWAY_JWT_SECRET", SECRET)
+            .env("LITEBASE_GATEWAY_LOG", "info,litebase_streams_gateway=debug")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("the gateway starts");
+        self.child = Some(child);
+        let port = self.port;
+        wait_until("the gateway accepts connections", Duration::from_secs(20), || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Kill it (SIGKILL: no goodbye to its clients) and start it again on the same port.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// A field of /proc/<pid>/status in kB (VmRSS, VmHWM).
+    pub fn memory_kb(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field}"));
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    /// One value of GET /metrics (0 when absent), e.g. `gateway_slow_client_drops_total`.
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, body) = self.request("GET", "/metrics", &[], "");
+        body.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.rsplit(' ').next()?.parse().ok()))
+            .unwrap_or(0.0)
+    }
+
+    /// A request; (status, body).
+    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+        request(self.port, method, path, headers, body)
+    }
+
+    pub fn sse(&self, path: &str, token: Option<&str>, last_event_id: Option<i64>) -> Sse {
+        Sse::connect(self.port, path, token, last_event_id)
+    }
+
+    pub fn ws(&self, token: &str) -> Ws {
+        Ws::connect(self.port, token)
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn write_request(
+    stream: &mut TcpStream,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<()> {
+    let mut request = format!("{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n", body.len());
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes())
+}
+
+/// Status line and headers; the reader is left at the body.
+fn read_head(reader: &mut BufReader<TcpStream>) -> std::io::Result<(u16, Vec<(String, String)>)> {
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let status = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("bad status line {line:?}")))?;
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line)?;
+        let l = line.trim_end();
+        if l.is_empty() {
+            return Ok((status, headers));
+        }
+        if let Some((k, v)) = l.split_once(':') {
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+        }
+    }
+}
+
+/// An HTTP/1.0 request (the body ends with the connection); (status, body).
+pub fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write_request(&mut stream, method, path, headers, body).unwrap();
+    let mut reader = BufReader::new(stream);
+    let (status, _) = read_head(&mut reader).unwrap();
+    let mut body = String::new();
+    reader.read_to_string(&mut body).unwrap();
+    (status, body)
+}
+
+/// One Server-Sent Event.
+#[derive(Debug, Clone)]
+pub struct SseEvent {
+    pub id: Option<i64>,
+    pub event: Option<String>,
+    pub data: serde_json::Value,
+}
+
+/// An SSE response being read (HTTP/1.0: the body is the rest of the connection).
+pub struct Sse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    reader: BufReader<TcpStream>,
+    pub pings: usize,
+    line: String,
+    partial: Partial,
+}
+
+#[derive(Default)]
+struct Partial {
+    id: Option<i64>,
+    event: Option<String>,
+    data: Option<String>,
+}
+
+/// Why `Sse::next` returned no event.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SseEnd {
+    Timeout,
+    Closed,
+}
+
+impl Sse {
+    pub fn connect(port: u16, path: &str, token: Option<&str>, last_event_id: Option<i64>) -> Sse {
+        Self::try_connect(port, path, token, last_event_id).unwrap()
+    }
+
+    /// Connect, or the I/O error (the gateway may be restarting).
+    pub fn try_connect(port: u16, path: &str, token: Option<&str>, last_event_id: Option<i64>) -> std::io::Result<Sse> {
+        let stream = TcpStream::connect(("127.0.0.1", port))?;
+        Self::over(stream, path, token, last_event_id)
+    }
+
+    /// Over a given socket (the slow-client test shrinks its receive buffer).
+    pub fn over(
+        mut stream: TcpStream,
+        path: &str,
+        token: Option<&str>,
+        last_event_id: Option<i64>,
+    ) -> std::io::Result<Sse> {
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let id = last_event_id.map(|i| i.to_string());
+        let mut headers = vec![("Accept", "text/event-stream")];
+        if let Some(auth) = &auth {
+            headers.push(("Authorization", auth));
+        }
+        if let Some(id) = &id {
+            headers.push(("Last-Event-ID", id));
+        }
+        write_request(&mut stream, "GET", path, &headers, "")?;
+        let mut reader = BufReader::new(stream);
+        let (status, headers) = read_head(&mut reader)?;
+        Ok(Sse { status, headers, reader, pings: 0, line: String::new(), partial: Partial::default() })
+    }
+
+    /// The error body of a refused request.
+    pub fn error_body(mut self) -> serde_json::Value {
+        let mut body = String::new();
+        self.reader.read_to_string(&mut body).unwrap();
+        serde_json::from_str(&body).unwrap_or_else(|_| panic!("not JSON: {body:?}"))
+    }
+
+    /// The next event, or why none came within `timeout`. A line cut by the
+    /// timeout is kept for the next call.
+    pub fn next(&mut self, timeout: Duration) -> Result<SseEvent, SseEnd> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(SseEnd::Timeout);
+            }
+            self.reader.get_ref().set_read_timeout(Some(left)).unwrap();
+            match self.reader.read_line(&mut self.line) {
+                Ok(0) => return Err(SseEnd::Closed),
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                    return Err(SseEnd::Timeout)
+                }
+                Err(_) => return Err(SseEnd::Closed),
+            }
+            if !self.line.ends_with('\n') {
+                continue; // the rest of the line is still on its way
+            }
+            let line = std::mem::take(&mut self.line);
+            let l = line.trim_end_matches('\n');
+            if l.is_empty() {
+                if let Some(d) = self.partial.data.take() {
+                    let data = serde_json::from_str(&d).unwrap_or_else(|_| panic!("data is not JSON: {d:?}"));
+                    return Ok(SseEvent { id: self.partial.id.take(), event: self.partial.event.take(), data });
+                }
+                continue;
+            }
+            if l.starts_with(':') {
+                self.pings += 1;
+            } else if let Some(v) = l.strip_prefix("id: ") {
+                self.partial.id = Some(v.parse().unwrap());
+            } else if let Some(v) = l.strip_prefix("event: ") {
+                self.partial.event = Some(v.to_owned());
+            } else if let Some(v) = l.strip_prefix("data: ") {
+                self.partial.data = Some(v.to_owned());
+            }
+        }
+    }
+
+    /// Read until the gateway closes the connection (at most `timeout`); the
+    /// events read meanwhile.
+    pub fn drain_until_closed(&mut self, timeout: Duration) -> Vec<SseEvent> {
+        let deadline = Instant::now() + timeout;
+        let mut events = Vec::new();
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "the gateway did not close the connection within {timeout:?} ({} events read meanwhile)",
+                events.len()
+            );
+            match self.next(Duration::from_secs(1)) {
+                Ok(e) => events.push(e),
+                Err(SseEnd::Closed) => return events,
+                Err(SseEnd::Timeout) => {}
+            }
+        }
+    }
+}
+
+/// A WebSocket client.
+pub struct Ws {
+    pub socket: tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>,
+}
+
+impl Ws {
+    pub fn connect(port: u16, token: &str) -> Ws {
+        let (socket, _) = tungstenite::connect(format!("ws://127.0.0.1:{port}/v1/ws?access_token={token}")).unwrap();
+        Ws { socket }
+    }
+
+    pub fn send(&mut self, message: serde_json::Value) {
+        self.socket.send(tungstenite::Message::Text(message.to_string().into())).unwrap();
+    }
+
+    /// The next JSON message, or None after `timeout` (panics when closed).
+    pub fn next(&mut self, timeout: Duration) -> Option<serde_json::Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            if let tungstenite::stream::MaybeTlsStream::Plain(s) = self.socket.get_ref() {
+                s.set_read_timeout(Some(left)).unwrap();
+            }
+            match self.socket.read() {
+                Ok(tungstenite::Message::Text(t)) => return Some(serde_json::from_str(t.as_str()).unwrap()),
+                Ok(_) => {}
+                Err(tungstenite::Error::Io(e))
+                    if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+                {
+                    return None
+                }
+                Err(e) => panic!("WebSocket failed: {e}"),
+            }
+        }
+    }
+}
