@@ -503,6 +503,8 @@ fn privileges_decide_what_each_token_sees() {
     let secret = publish(&mut owner, "secret.plans", r#"{"launch": "tuesday"}"#);
     wait_for_horizon(&mut owner, secret);
     let mut reader = gw.sse("/v1/streams/pay.*/events", Some(&token(&s.reader.name)), published["position"].as_i64());
+    // One stream exactly: the topic that may forward a payload without a query.
+    let mut exact = gw.sse("/v1/streams/pay.a/events", Some(&token(&s.reader.name)), published["position"].as_i64());
     let mut insider_all =
         gw.sse("/v1/streams/secret.*/events", Some(&token(&insider.name)), published["position"].as_i64());
     assert_eq!((reader.status, insider_all.status), (200, 200));
@@ -525,6 +527,9 @@ fn privileges_decide_what_each_token_sees() {
     // The reader receives the sentinel, which comes after the secret and the forgery: nothing else before it.
     let event = reader.next(Duration::from_secs(20)).unwrap();
     assert_eq!(event.id, Some(sentinel), "the reader's next event is the sentinel: {:?}", event.data);
+    assert_eq!(event.data["data"], json!({"sentinel": true}));
+    let event = exact.next(Duration::from_secs(20)).unwrap();
+    assert_eq!(event.id, Some(sentinel), "the exact subscriber's next event is the sentinel: {:?}", event.data);
     assert_eq!(event.data["data"], json!({"sentinel": true}));
     let a = insider_all.next(Duration::from_secs(20)).unwrap();
     let b = insider_all.next(Duration::from_secs(20)).unwrap();
@@ -569,11 +574,11 @@ fn a_slow_client_is_disconnected_and_memory_stays_bounded() {
     }
     let committed = s.positions("pay.");
     let last = *committed.last().unwrap();
+    let growth_kb = s.gateway.memory_kb("VmHWM").saturating_sub(peak_before);
+    assert!(growth_kb < 16 * 1024, "the gateway's peak memory grew by {growth_kb} kB for 48 MB of events");
     wait_until("the gateway dropped the slow client", Duration::from_secs(30), || {
         s.gateway.metric("gateway_slow_client_drops_total") >= 1.0
     });
-    let growth_kb = s.gateway.memory_kb("VmHWM").saturating_sub(peak_before);
-    assert!(growth_kb < 16 * 1024, "the gateway's peak memory grew by {growth_kb} kB for 48 MB of events");
     // The slow client finds its connection closed after what was in flight, and resumes.
     let delivered = slow.drain_until_closed(Duration::from_secs(30));
     let resume_at = delivered.last().and_then(|e| e.id).unwrap_or(0);
