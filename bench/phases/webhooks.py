@@ -247,9 +247,11 @@ def _deliver(b, c, tag, stream, paths, positions, batch):
         _wait_position(c, names, positions[-1], timeout=600)
         cpu = meter.stop()
     finally:
-        for name in names:
-            c.execute("SELECT streams.drop_webhook(%s)", (name,))
-        requests = ep.stop()
+        try:
+            for name in names:
+                c.execute("SELECT streams.drop_webhook(%s)", (name,))
+        finally:  # also when the server went away: no receiver outlives the run
+            requests = ep.stop()
     first = min(t for _, _, t, _ in requests)
     last = max(t for _, _, t, _ in requests)
     # Events after the first request (whose events were sent at time 0).
