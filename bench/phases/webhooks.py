@@ -45,7 +45,7 @@ TP_STREAM = "bench.webhook.one"      # 7a
 MULTI_STREAM = "bench.webhook.many"  # 7b
 LAT_STREAM = "bench.webhook.lat"     # 7c, 7d
 
-FULL = dict(wh_events=10_000, wh_multi_events=2_000, wh_endpoints=10, wh_batches=[1, 100], wh_reps=3,
+FULL = dict(wh_events=5_000, wh_multi_events=1_000, wh_endpoints=10, wh_batches=[1, 100], wh_reps=3,
             wh_lat_rate=1000, wh_lat_secs=10, wh_lat_warmup=1.0, wh_lat_publishers=8, wh_lat_batches=[100],
             wh_timeout_ms=1000, wh_slow_sleep=2.0, wh_retry_min_ms=200, wh_retry_max_ms=1000)
 QUICK = dict(wh_events=600, wh_multi_events=100, wh_endpoints=10, wh_batches=[1, 100], wh_reps=1,
