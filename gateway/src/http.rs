@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
 use crate::auth::Auth;
 use crate::db::{Server, Start};
@@ -153,45 +153,49 @@ async fn events(
     let guard = ConnGuard::new(&app, false)?;
     let kill = kill.map(|k| k.0 .0.clone()).unwrap_or_default();
     let sub = Subscription::open(&app.hub, &role, &pattern, start, kill).await?;
-    let (body_tx, body_rx) = mpsc::channel::<Bytes>(4);
-    tokio::spawn(pump_sse(sub, body_tx, app.hub.cfg.heartbeat(), guard));
-    let body = futures_util::stream::unfold(body_rx, |mut rx| async move {
-        rx.recv().await.map(|chunk| (Ok::<_, Infallible>(chunk), rx))
-    });
+    let body = sse_body(sub, app.hub.cfg.heartbeat(), guard);
     Ok(Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
         .header("x-accel-buffering", "no")
-        .body(Body::from_stream(body))
+        .body(body)
         .expect("static headers are valid"))
 }
 
-/// Frames to the response body: `retry:` first, then events and `: ping`
-/// heartbeats. The frames are the events' own (encoded once for every
-/// client) rather than axum's `Sse`, which would encode each event per client.
-async fn pump_sse(mut sub: Subscription, body: mpsc::Sender<Bytes>, heartbeat: std::time::Duration, _guard: ConnGuard) {
+/// The response body: `retry:` first, then events and `: ping` heartbeats,
+/// polled by the connection's own task (no task or queue of its own in
+/// between). The frames are the events' own (encoded once for every client)
+/// rather than axum's `Sse`, which would encode each event per client.
+fn sse_body(sub: Subscription, heartbeat: std::time::Duration, guard: ConnGuard) -> Body {
     const PING: Bytes = Bytes::from_static(b": ping\n\n");
-    if body.send(Bytes::from_static(b"retry: 1000\n\n")).await.is_err() {
-        return;
+    struct State {
+        sub: Subscription,
+        ping: tokio::time::Interval,
+        started: bool,
+        _guard: ConnGuard,
     }
-    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
-    loop {
+    let ping = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
+    let state = State { sub, ping, started: false, _guard: guard };
+    let frames = futures_util::stream::unfold(state, |mut st| async move {
+        if !st.started {
+            st.started = true;
+            return Some((Ok::<_, Infallible>(Bytes::from_static(b"retry: 1000\n\n")), st));
+        }
+        // Both arms are cancel-safe: a catch-up page cut short by a ping is read again.
         let frame = tokio::select! {
-            next = sub.next() => match next {
+            next = st.sub.next() => match next {
                 Ok((event, _)) => event.sse.clone(),
-                Err(End::Dropped) => return,
+                Err(End::Dropped) => return None,
                 Err(End::Error(e)) => {
                     tracing::debug!(error = %e.error, "SSE subscription ended");
-                    return;
+                    return None;
                 }
             },
-            _ = ping.tick() => PING,
-            _ = body.closed() => return,
+            _ = st.ping.tick() => PING,
         };
-        if body.send(frame).await.is_err() {
-            return;
-        }
-    }
+        Some((Ok(frame), st))
+    });
+    Body::from_stream(frames)
 }
 
 /// One replay page as a JSON array.
