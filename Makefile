@@ -29,7 +29,7 @@ SCRIPTS := $(CURDIR)/scripts
 # Prerequisites (setup -> install -> start) must run in order.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help setup install start stop restart status env psql pgbouncer pgbouncer-stop demo test doctest bench clean-cluster
+.PHONY: help setup install start stop restart status env psql pgbouncer pgbouncer-stop gateway demo test doctest bench clean-cluster
 
 help:
 	@echo "litebase_streams: make targets"
@@ -44,6 +44,8 @@ help:
 	@echo "  pgbouncer      start if needed, then pgbouncer (transaction pooling) in front of the dev cluster;"
 	@echo "                 prints its connection string (PGBOUNCER_PORT=..., default PGPORT + 10000)"
 	@echo "  pgbouncer-stop stop that pgbouncer"
+	@echo "  gateway        start if needed, build the gateway (gateway/), run it in the foreground against database"
+	@echo "                 GATEWAY_DB (default postgres) on GATEWAY_LISTEN (default 127.0.0.1:8080); Ctrl-C stops it"
 	@echo "  demo           setup + install + start, then run scripts/demo.sh"
 	@echo "  test           setup + install + start, then pgrx tests, integration tests and the doc test"
 	@echo "  doctest        start if needed, then run every code block of README.md and docs/*.md (scripts/doctest.py)"
@@ -96,6 +98,24 @@ pgbouncer: start
 pgbouncer-stop:
 	@echo "==> pgbouncer-stop"
 	@bash $(SCRIPTS)/pgbouncer.sh stop
+
+# The SSE/WebSocket gateway (gateway/, README "Gateway"), in the foreground,
+# logged in as postgres (a dev convenience: in production give it a role of
+# its own, see the README). Tokens are signed with LITEBASE_GATEWAY_JWT_SECRET
+# (a fixed development secret unless set); print one with
+#   $(GATEWAY_BIN) token --role <role>
+# Every other option: $(GATEWAY_BIN) --help, passed through GATEWAY_ARGS.
+GATEWAY_DB     ?= postgres
+GATEWAY_LISTEN ?= 127.0.0.1:8080
+GATEWAY_ARGS   ?=
+GATEWAY_BIN    := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/gateway/litebase-streams-gateway
+LITEBASE_GATEWAY_JWT_SECRET ?= litebase-dev-secret
+gateway: start
+	@echo "==> gateway"
+	@cargo build --profile gateway -p litebase-streams-gateway --bins
+	@LITEBASE_GATEWAY_JWT_SECRET='$(LITEBASE_GATEWAY_JWT_SECRET)' $(GATEWAY_BIN) \
+		--database-url "host=$(PGHOST) port=$(PGPORT) user=postgres dbname=$(GATEWAY_DB)" \
+		--listen $(GATEWAY_LISTEN) $(GATEWAY_ARGS)
 
 demo: setup install start
 	@echo "==> demo"

@@ -20,8 +20,9 @@ PGRX_VERSION=0.18.1
 # ca-certificates / curl: only needed to fetch rustup when cargo is missing.
 # python3-venv / nodejs / npm: the doc test (scripts/doctest.py) runs the README's Python
 #   and Node examples with psycopg and node-postgres, installed under target/doctest/.
+# chromium: the gateway's browser test (tests/gateway.rs) runs it headless.
 APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-wal2json pgbouncer postgresql-15-pgq3 libclang-dev clang sudo
-              build-essential pkg-config libssl-dev python3-venv nodejs)
+              build-essential pkg-config libssl-dev python3-venv nodejs chromium)
 # Debian's npm only when npm is missing: NodeSource's nodejs package bundles npm and
 # conflicts with Debian's.
 command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(npm)

@@ -6,7 +6,8 @@
 #   (a) cargo pgrx test pg15       #[test] + #[pg_test] in src/, in a throwaway
 #                                  cluster that pgrx creates (as `postgres` when root)
 #   (b) cargo test --test '*'      tests/*.rs against the dev cluster, with
-#                                  LITEBASE_STREAMS_* variables describing it
+#                                  LITEBASE_STREAMS_* variables describing it (the
+#                                  gateway is built first: tests/gateway.rs starts it)
 #   (c) scripts/doctest.py         every code block of README.md and docs/*.md, in
 #                                  order, against the dev cluster (client libraries
 #                                  cached in target/doctest/)
@@ -94,6 +95,12 @@ run_suite "pgrx tests (cargo pgrx test pg15)" pgrx-test \
 # shellcheck disable=SC2016
 run_suite "reinstall release build + (re)start dev cluster" reinstall \
     bash -c 'bash "$1"/install.sh && bash "$1"/cluster.sh start' _ "$REPO_ROOT/scripts"
+
+# --- the gateway (gateway/): its optimised build, which tests/gateway.rs starts ----
+# and the benchmark smoke run drives (the `gateway` profile: release without
+# the extension's fat LTO).
+run_suite "gateway build (cargo build --profile gateway)" gateway-build \
+    cargo build --profile gateway -p litebase-streams-gateway --bins
 
 # --- (b) integration tests against the dev cluster ------------------------------
 if compgen -G "$REPO_ROOT/tests/*.rs" >/dev/null; then
