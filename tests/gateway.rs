@@ -708,3 +708,47 @@ fn json_pages_page_through_the_log_as_the_role() {
     }
     assert_eq!(seen, positions);
 }
+
+#[test]
+fn catch_up_reads_go_to_a_hot_standby_and_live_events_come_from_the_primary() {
+    let _shared = shared();
+    let s = Setup::new(&[]);
+    let mut owner = s.db.connect();
+    let old: Vec<i64> = (0..50).map(|i| publish(&mut owner, "pay.a", &format!(r#"{{"old": {i}}}"#))).collect();
+    wait_for_horizon(&mut owner, *old.last().unwrap());
+    let standby = common::ScratchCluster::standby_of_test_cluster();
+    let mut on_standby = standby.connect(&s.db.name);
+    wait_until("the standby replayed the events", Duration::from_secs(30), || {
+        common::horizon(&mut on_standby) >= *old.last().unwrap()
+    });
+    let replica = format!("host=127.0.0.1 port={} user={} dbname={}", standby.port, s.login.name, s.db.name);
+    let gateway = Gateway::start(&s.db, &s.login.name, &["--replica-url", &replica]);
+    let mut client = ResumingSse::new(gateway.port, "/v1/streams/pay.*/events?after=0", &token(&s.reader.name));
+    client.pump_until("the old events arrived", Duration::from_secs(30), |c| c.events.len() >= old.len());
+    let used: i64 = on_standby
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'litebase-streams-gateway' AND datname = $1",
+            &[&s.db.name],
+        )
+        .unwrap()
+        .get(0);
+    assert!(used >= 1, "the catch-up read from the standby");
+    let live: Vec<i64> = (0..5).map(|i| publish(&mut owner, "pay.b", &format!(r#"{{"live": {i}}}"#))).collect();
+    let last = *live.last().unwrap();
+    client.pump_until("the live events arrived", Duration::from_secs(30), |c| c.last() == Some(last));
+    assert_exactly_once_in_order(&client.positions(), &s.positions("pay."), "catch-up on the standby, then live");
+}
+
+#[test]
+fn idle_streams_get_heartbeats() {
+    let _shared = shared();
+    let s = Setup::new(&["--heartbeat-secs", "1"]);
+    let mut sse = s.gateway.sse("/v1/streams/pay.*/events", Some(&token(&s.reader.name)), None);
+    assert_eq!(sse.status, 200);
+    let content_type = sse.headers.iter().find(|(k, _)| k == "content-type").map(|(_, v)| v.clone());
+    assert_eq!(content_type.as_deref(), Some("text/event-stream"));
+    wait_until("two `: ping` comments arrived", Duration::from_secs(10), || {
+        assert_eq!(sse.next(Duration::from_millis(100)).err(), Some(SseEnd::Timeout), "no event, no end");
+        sse.pings >= 2
+    });
+}

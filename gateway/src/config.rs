@@ -48,12 +48,12 @@ pub enum Command {
 pub struct Config {
     /// The database (libpq key=value string or postgres:// URL). The gateway's role needs LOGIN and membership
     /// of each role it serves (GRANT app_reader TO gateway), nothing else.
-    #[arg(long, env = "LITEBASE_GATEWAY_DATABASE_URL", default_value = DEV_CLUSTER)]
+    #[arg(long, env = "LITEBASE_GATEWAY_DATABASE_URL", hide_env_values = true, default_value = DEV_CLUSTER)]
     pub database_url: String,
 
     /// A hot standby of that database for catch-up reads and JSON pages (LISTEN, publishing and the live path stay
     /// on --database-url).
-    #[arg(long, env = "LITEBASE_GATEWAY_REPLICA_URL")]
+    #[arg(long, env = "LITEBASE_GATEWAY_REPLICA_URL", hide_env_values = true)]
     pub replica_url: Option<String>,
 
     /// Address to listen on.

@@ -110,6 +110,10 @@ impl Gateway {
         self.child = Some(child);
         let port = self.port;
         wait_until("the gateway accepts connections", Duration::from_secs(20), || {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                panic!("the gateway exited ({status}):\n{log}");
+            }
             TcpStream::connect(("127.0.0.1", port)).is_ok()
         });
     }
