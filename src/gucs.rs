@@ -58,6 +58,11 @@ pub static WEBHOOK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 pub static WEBHOOK_RETRY_MIN_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 pub static WEBHOOK_RETRY_MAX_MS: GucSetting<i32> = GucSetting::<i32>::new(600_000);
 
+/// `litebase_streams.webhook_max_concurrency`: webhook requests in flight
+/// at once, per database (each on a thread of the webhook worker). Due
+/// webhooks wait for a free one, served in turn.
+pub static WEBHOOK_MAX_CONCURRENCY: GucSetting<i32> = GucSetting::<i32>::new(64);
+
 /// `litebase_streams.webhook_max_attempts`: failed attempts of one request
 /// after which the webhook is disabled (0: no limit).
 pub static WEBHOOK_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(0);
@@ -157,6 +162,16 @@ pub fn init() {
         86_400_000,
         GucContext::Sighup,
         GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"litebase_streams.webhook_max_concurrency",
+        c"Webhook requests in flight at once, per database.",
+        c"Each runs on a thread of the database's webhook worker; due webhooks wait for a free one, in turn.",
+        &WEBHOOK_MAX_CONCURRENCY,
+        1,
+        1024,
+        GucContext::Sighup,
+        GucFlags::default(),
     );
     GucRegistry::define_int_guc(
         c"litebase_streams.webhook_max_attempts",

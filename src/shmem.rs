@@ -79,6 +79,9 @@ pub struct DbEntry {
     pub rounds: AtomicU64,
     /// pid of the webhook worker serving this database, 0 when none.
     pub webhook_pid: AtomicI32,
+    /// A transaction that created or resumed a webhook committed: the
+    /// database's worker starts the webhook worker if none runs.
+    pub webhooks_wanted: AtomicBool,
     /// pgprocno of that worker, -1 when none.
     webhook_procno: AtomicI32,
 }

@@ -81,6 +81,11 @@ pub(crate) fn wait_for_creator() {
 /// level so that no `ALTER DATABASE/ROLE ... SET` (applied at connect) can
 /// change them. In particular:
 ///
+/// * `SESSION AUTHORIZATION DEFAULT`, `ROLE NONE`: the worker runs as the
+///   bootstrap superuser it connected as, whatever `session_authorization`
+///   or `role` a database owner set for the database.
+/// * `exit_on_error = off`: a failed round is retried, never the end of the
+///   worker (and of the requests a webhook worker has in flight).
 /// * `search_path`: the worker runs as the bootstrap superuser; only
 ///   pg_catalog may resolve its functions and operators.
 /// * read committed, read-write: each round's fresh snapshot must see every
@@ -96,7 +101,9 @@ pub(crate) fn wait_for_creator() {
 /// * `synchronous_commit = off`: the worker's state is derived from durable
 ///   data, so its commits need not wait for the WAL flush.
 const PINNED_SETTINGS: &str = "
+    SET SESSION AUTHORIZATION DEFAULT;
     SET ROLE NONE;
+    SET exit_on_error = off;
     SET search_path = pg_catalog, pg_temp;
     SET default_transaction_isolation = 'read committed';
     SET default_transaction_read_only = off;
@@ -199,6 +206,9 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
         entry.wake.store(false, Ordering::SeqCst);
+        if entry.webhooks_wanted.swap(false, Ordering::AcqRel) {
+            start_webhook_worker(db);
+        }
         let since_last = last_round.elapsed();
         if !split && failures == 0 && since_last < gucs::idle_poll() && blocked_by_holder(db, entry) {
             // (No round ran since the flag was cleared, so no wait inside

@@ -147,20 +147,26 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
     if let Some(v4) = ip.to_ipv4_mapped() {
         return is_public_v4(v4);
     }
-    let segments = ip.segments();
-    // NAT64 (64:ff9b::/96) and the deprecated IPv4-compatible form (::/96).
-    if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] || (segments[..6] == [0; 6] && !ip.is_loopback()) {
-        let v4 =
-            Ipv4Addr::new((segments[6] >> 8) as u8, segments[6] as u8, (segments[7] >> 8) as u8, segments[7] as u8);
-        return !ip.is_unspecified() && is_public_v4(v4);
+    let s = ip.segments();
+    let v4_in = |high: u16, low: u16| Ipv4Addr::new((high >> 8) as u8, high as u8, (low >> 8) as u8, low as u8);
+    // Forms that carry an IPv4 address a gateway may forward to: NAT64
+    // (64:ff9b::/96), the deprecated IPv4-compatible form (::/96), SIIT's
+    // IPv4-translated form (::ffff:0:0/96) and 6to4 (2002::/16).
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+        || (s[..6] == [0; 6] && !ip.is_loopback())
+        || s[..6] == [0, 0, 0, 0, 0xffff, 0]
+    {
+        return !ip.is_unspecified() && is_public_v4(v4_in(s[6], s[7]));
     }
-    !(ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_multicast()
-        || (segments[0] & 0xfe00) == 0xfc00 // unique local, fc00::/7
-        || (segments[0] & 0xffc0) == 0xfe80 // link-local, fe80::/10
-        || (segments[0] & 0xffc0) == 0xfec0 // site-local (deprecated), fec0::/10
-        || (segments[0] == 0x2001 && segments[1] == 0x0db8)) // documentation, 2001:db8::/32
+    if s[0] == 0x2002 {
+        return is_public_v4(v4_in(s[1], s[2]));
+    }
+    // Global unicast is 2000::/3; within it, IETF protocol assignments
+    // (2001::/23: Teredo, benchmarking, ORCHID, ...) and documentation
+    // (2001:db8::/32) are not public. Nothing outside 2000::/3 is (local
+    // NAT64 64:ff9b:1::/48, discard 100::/64, unique and link local,
+    // multicast, ...).
+    (s[0] & 0xe000) == 0x2000 && !(s[0] == 0x2001 && s[1] < 0x0200) && !(s[0] == 0x2001 && s[1] == 0x0db8)
 }
 
 #[cfg(test)]
@@ -193,10 +199,25 @@ mod tests {
             "::ffff:10.0.0.1",
             "64:ff9b::a9fe:a9fe",
             "::127.0.0.1",
+            "2002:a9fe:a9fe::",
+            "2001::1",
+            "2001:10::1",
+            "64:ff9b:1::7f00:1",
+            "::ffff:0:7f00:1",
+            "100::",
+            "fec0::1",
+            "ff02::1",
         ] {
             assert!(!none.permits("example.com", ip(refused)), "{refused} must be refused");
         }
-        for public in ["93.184.216.34", "8.8.8.8", "2606:2800:220:1:248:1893:25c8:1946", "::ffff:8.8.8.8"] {
+        for public in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "2606:2800:220:1:248:1893:25c8:1946",
+            "::ffff:8.8.8.8",
+            "2002:808:808::1",
+            "2001:4860:4860::8888",
+        ] {
             assert!(none.permits("example.com", ip(public)), "{public} is public");
         }
     }

@@ -143,25 +143,16 @@ fn checked_url(url: &str) -> String {
 }
 
 /// Make sure this database's webhook worker runs once the transaction
-/// commits: start one (it waits for this transaction to end) if none runs,
-/// and wake it at commit.
+/// commits. The database's worker starts it (never a user's backend: a
+/// transaction calling this a thousand times asks once, at commit).
 fn start_delivery() {
-    // SAFETY: MyDatabaseId is set once at connection; a SQL function runs in a transaction, and the
-    // FFI guard turns GetTopTransactionId's ERROR (read-only transaction) into a panic.
-    let (db, xid) = unsafe { (pg_sys::MyDatabaseId, pg_sys::GetTopTransactionId()) };
-    if !worker::running(db) && !worker::launch(db, Some(xid.into_inner())) {
-        ereport!(
-            PgLogLevel::WARNING,
-            PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
-            "litebase_streams: no free background worker slot for the webhook worker; webhooks wait until one is free",
-            "Raise max_worker_processes and restart the server. The database's worker retries every few seconds."
-        );
-    }
+    START_AT_COMMIT.with(|w| w.set(true));
     wake_worker_at_commit();
 }
 
 thread_local! {
     static WAKE_AT_COMMIT: Cell<bool> = const { Cell::new(false) };
+    static START_AT_COMMIT: Cell<bool> = const { Cell::new(false) };
     static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -183,13 +174,21 @@ unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: 
     use pg_sys::XactEvent::*;
     match event {
         XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
+            let start = START_AT_COMMIT.with(|w| w.replace(false));
             if WAKE_AT_COMMIT.with(|w| w.replace(false)) {
                 if let Some(entry) = shmem::find_db(pg_sys::MyDatabaseId) {
                     entry.wake_webhook_worker();
+                    if start && entry.webhook_pid.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                        entry.webhooks_wanted.store(true, std::sync::atomic::Ordering::Release);
+                        entry.wake_worker();
+                    }
                 }
             }
         }
-        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => WAKE_AT_COMMIT.with(|w| w.set(false)),
+        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
+            WAKE_AT_COMMIT.with(|w| w.set(false));
+            START_AT_COMMIT.with(|w| w.set(false));
+        }
         _ => {}
     }
 }

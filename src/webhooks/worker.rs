@@ -25,11 +25,21 @@
 //! position order. A retry resends the same events (up to the last
 //! position of the failed request, remembered while the worker runs).
 //!
-//! The worker is started by `create_webhook` and `resume_webhook` when none
-//! runs, and by the database's worker at its start and every few seconds
-//! while active webhooks exist without one (after a server restart, or
-//! when no worker slot was free). It exits when no active webhook is left,
-//! when the extension is dropped and before DROP DATABASE.
+//! The worker is started by the database's worker: when a transaction that
+//! created or resumed a webhook commits (it asks through shared memory; a
+//! user's backend never starts workers, so no transaction can fill the
+//! worker slots), at its own start, and every few seconds while active
+//! webhooks have none (after a server restart, or when no slot was free).
+//! It exits when no active webhook is left, when the extension is dropped
+//! and before DROP DATABASE.
+//!
+//! Bounds: at most `webhook_max_concurrency` requests in flight (threads),
+//! bodies of about [`MAX_BODY_BYTES`] (one larger event goes alone, and
+//! larger bodies share [`MAX_LARGE_BYTES_IN_FLIGHT`]), and each turn
+//! serves the due webhooks in rotating order and builds at most
+//! [`MAX_BYTES_BUILT_PER_TURN`], so no owner's webhooks keep others waiting
+//! for long. Outcomes are recorded with `SKIP LOCKED`: a webhook whose rows
+//! its owner holds locked waits, the others go on.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -52,13 +62,26 @@ use crate::{gucs, privileges, publish};
 const LIBRARY: &str = "litebase_streams";
 const WORKER_TYPE: &str = "litebase_streams webhooks";
 
-/// About the most bytes of event data one request carries (stored size; one
-/// event always goes, whatever its size).
-const MAX_BODY_BYTES: i64 = 1 << 20;
+/// About the most bytes one request body carries (one event always goes,
+/// whatever its size).
+const MAX_BODY_BYTES: usize = 1 << 20;
 
-/// Start the webhook worker of database `db` (after transaction `after_xid`
-/// ends, if given). False when no background worker slot is free.
-pub fn launch(db: pg_sys::Oid, after_xid: Option<u32>) -> bool {
+/// The most bytes of larger bodies (single events over [`MAX_BODY_BYTES`])
+/// in flight at once; one always may go. With the concurrency limit this
+/// bounds the worker's memory: about `webhook_max_concurrency` MB plus this
+/// (or one event larger than it).
+const MAX_LARGE_BYTES_IN_FLIGHT: i64 = 64 << 20;
+
+/// The most body bytes one turn builds before it records what finished and
+/// goes on (so that webhooks of large events delay the others by little).
+const MAX_BYTES_BUILT_PER_TURN: usize = 16 << 20;
+
+/// How soon outcomes whose rows another transaction locked are tried again.
+const LOCKED_RETRY: Duration = Duration::from_millis(100);
+
+/// Start the webhook worker of database `db`. False when no background
+/// worker slot is free.
+fn launch(db: pg_sys::Oid) -> bool {
     BackgroundWorkerBuilder::new(&format!("litebase_streams webhooks for database {}", db.to_u32()))
         .set_type(WORKER_TYPE)
         .set_library(LIBRARY)
@@ -66,13 +89,12 @@ pub fn launch(db: pg_sys::Oid, after_xid: Option<u32>) -> bool {
         .enable_spi_access()
         .set_restart_time(Some(Duration::from_secs(1)))
         .set_argument(Some(pg_sys::Datum::from(db.to_u32())))
-        .set_extra(&after_xid.map(|x| x.to_string()).unwrap_or_default())
         .load_dynamic()
         .is_ok()
 }
 
 /// Whether a webhook worker serves database `db`.
-pub fn running(db: pg_sys::Oid) -> bool {
+fn running(db: pg_sys::Oid) -> bool {
     shmem::find_db(db).is_some_and(|entry| entry.webhook_pid.load(Ordering::Acquire) != 0)
 }
 
@@ -85,7 +107,7 @@ pub fn ensure_worker(db: pg_sys::Oid) {
     let wanted = Spi::get_one::<bool>(
         "SELECT EXISTS (SELECT FROM streams.webhook_state w WHERE NOT w.paused AND w.disabled_at IS NULL)",
     );
-    if matches!(wanted, Ok(Some(true))) && !launch(db, None) {
+    if matches!(wanted, Ok(Some(true))) && !launch(db) {
         warning!("litebase_streams: no background worker slot for the webhook worker; retrying");
     }
 }
@@ -124,7 +146,6 @@ pub extern "C-unwind" fn litebase_streams_webhook_worker_main(arg: pg_sys::Datum
     let db = pg_sys::Oid::from(arg.value() as u32);
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(db), None);
-    crate::worker::wait_for_creator();
     if !in_transaction(extension_installed) {
         return;
     }
@@ -208,14 +229,18 @@ impl From<Outcome> for Report {
 
 fn serve(entry: &'static DbEntry) {
     let mut sender = Sender::new(gucs::webhook_timeout(), allowed_hosts());
-    let mut in_flight: HashSet<i32> = HashSet::new();
+    // Webhooks with a request in flight, and the bytes of its body.
+    let mut in_flight: HashMap<i32, usize> = HashMap::new();
     // The last position of a webhook's failed request: its retry resends the same events.
     let mut retry_upto: HashMap<i32, i64> = HashMap::new();
     // (position, horizon) a webhook was found to have nothing in: not read again until one moves.
     let mut nothing_in: HashMap<i32, (i64, i64)> = HashMap::new();
+    // Outcomes not recorded yet (a turn failed, or the webhook's rows were
+    // locked by its owner): their webhooks send nothing until they are.
     let mut reports: Vec<Report> = Vec::new();
     let mut failures = 0u32;
     let mut log_id = String::new();
+    let mut rotation = 0usize;
     loop {
         if entry.stop.load(Ordering::Acquire) {
             return; // DROP DATABASE waits for us; exit 0
@@ -243,7 +268,7 @@ fn serve(entry: &'static DbEntry) {
                 return None;
             }
             Some(Spi::connect_mut(|client| {
-                record(client, &reports)?;
+                let unrecorded = record(client, std::mem::take(&mut reports))?;
                 if log_id.is_empty() {
                     log_id = client
                         .select("SELECT streams.log_id()::text", None, &[])?
@@ -251,7 +276,7 @@ fn serve(entry: &'static DbEntry) {
                         .get::<String>(1)?
                         .unwrap_or_default();
                 }
-                load(client)
+                Ok::<_, pgrx::spi::Error>((unrecorded, load(client)?))
             }))
         });
         let (webhooks, horizon) = match turn {
@@ -259,34 +284,46 @@ fn serve(entry: &'static DbEntry) {
                 log!("litebase_streams webhook worker: extension dropped, exiting");
                 return;
             }
-            Ok(Some(Ok(loaded))) => {
+            Ok(Some(Ok((unrecorded, loaded)))) => {
                 failures = 0;
-                reports.clear();
+                reports = unrecorded;
                 loaded
             }
             Ok(Some(Err(error))) => {
                 failures += 1;
                 warn_failed(&Failure { message: error.to_string(), sqlstate: "XX000".into() }, backoff(failures));
-                sleep(backoff(failures));
+                pause(entry, backoff(failures));
                 continue;
             }
             Err(failure) => {
                 failures += 1;
                 warn_failed(&failure, backoff(failures));
-                sleep(backoff(failures));
+                pause(entry, backoff(failures));
                 continue;
             }
         };
-        if in_flight.is_empty() && !webhooks.iter().any(|w| w.active) {
+        if in_flight.is_empty() && reports.is_empty() && !webhooks.iter().any(|w| w.active) {
             log!("litebase_streams webhook worker: no active webhook left, exiting");
             return;
         }
+        let held: HashSet<i32> = in_flight.keys().chain(reports.iter().map(|r| &r.webhook)).copied().collect();
+        let idle: Vec<&Webhook> = webhooks.iter().filter(|w| w.active && !held.contains(&w.id)).collect();
+        // Round robin: each turn starts one webhook further, so no webhook
+        // (nor its owner's many) is always served first.
+        rotation = rotation.wrapping_add(1);
+        let start = if idle.is_empty() { 0 } else { rotation % idle.len() };
         let mut next_due = gucs::idle_poll();
-        let idle: Vec<&Webhook> = webhooks.iter().filter(|w| w.active && !in_flight.contains(&w.id)).collect();
-        for webhook in idle {
+        let mut built = 0usize;
+        let mut again = false;
+        let recorded_before = reports.len();
+        for webhook in idle[start..].iter().chain(&idle[..start]) {
             if !webhook.due_in.is_zero() {
                 next_due = next_due.min(webhook.due_in);
                 continue;
+            }
+            if in_flight.len() >= max_concurrency() || built >= MAX_BYTES_BUILT_PER_TURN {
+                again = true; // the rest next turn, after recording what finished
+                break;
             }
             // A retry resends what failed (unless a seek moved the webhook past it).
             let upto = retry_upto
@@ -296,15 +333,19 @@ fn serve(entry: &'static DbEntry) {
             if nothing_in.get(&webhook.id) == Some(&(webhook.position, upto)) {
                 continue;
             }
-            match attempt(|| next_request(webhook, upto, &log_id)) {
-                Ok(Ok(None)) => {
+            let large_budget =
+                MAX_LARGE_BYTES_IN_FLIGHT - in_flight.values().filter(|&&b| b > MAX_BODY_BYTES).sum::<usize>() as i64;
+            match attempt(|| next_request(webhook, upto, &log_id, large_budget)) {
+                Ok(Ok(Next::Nothing)) => {
                     nothing_in.insert(webhook.id, (webhook.position, upto));
                 }
-                Ok(Ok(Some(request))) => {
-                    let (after, last) = (request.after, request.last);
+                Ok(Ok(Next::Deferred)) => {}
+                Ok(Ok(Next::Ready(request))) => {
+                    let (after, last, bytes) = (request.after, request.last, request.body.len());
+                    built += bytes;
                     match sender.send(request) {
                         Ok(()) => {
-                            in_flight.insert(webhook.id);
+                            in_flight.insert(webhook.id, bytes);
                         }
                         Err(error) => reports.push(failed(webhook, after, last, error, false)),
                     }
@@ -323,27 +364,49 @@ fn serve(entry: &'static DbEntry) {
                 )),
             }
         }
-        if reports.is_empty() {
-            sleep(next_due);
+        if again || reports.len() > recorded_before {
+            continue; // record the new failures, or serve the rest, at once
+        }
+        if !reports.is_empty() {
+            // Outcomes whose rows are locked: try again soon (not at once).
+            next_due = next_due.min(LOCKED_RETRY);
+        }
+        if !BackgroundWorker::wait_latch(Some(next_due)) {
+            // SAFETY: outside any transaction; proc_exit runs detach and never returns.
+            unsafe { pg_sys::proc_exit(1) };
         }
     }
+}
+
+/// `litebase_streams.webhook_max_concurrency`: requests in flight at once.
+fn max_concurrency() -> usize {
+    gucs::WEBHOOK_MAX_CONCURRENCY.get().max(1) as usize
 }
 
 fn failed(webhook: &Webhook, after: i64, last: i64, error: String, disable: bool) -> Report {
     Report { webhook: webhook.id, after, last, status: None, error: Some(error), disable }
 }
 
-/// Sleep on the latch; SIGTERM or postmaster death end the process.
-fn sleep(wait: Duration) {
-    if !wait.is_zero() && !BackgroundWorker::wait_latch(Some(wait)) {
-        // SAFETY: outside any transaction; proc_exit runs detach and never returns.
-        unsafe { pg_sys::proc_exit(1) };
+/// Sleep for all of `wait` (a backoff), whatever wakes the latch meanwhile;
+/// SIGTERM or postmaster death end the process, DROP DATABASE the wait.
+fn pause(entry: &DbEntry, wait: Duration) {
+    let until = std::time::Instant::now() + wait;
+    while let Some(left) = until.checked_duration_since(std::time::Instant::now()).filter(|d| !d.is_zero()) {
+        if entry.stop.load(Ordering::Acquire) {
+            return;
+        }
+        if !BackgroundWorker::wait_latch(Some(left)) {
+            // SAFETY: outside any transaction; proc_exit runs detach and never returns.
+            unsafe { pg_sys::proc_exit(1) };
+        }
     }
 }
 
 fn allowed_hosts() -> Allowed {
     Allowed::parse(&gucs::webhook_allowed_hosts()).unwrap_or_else(|e| {
-        warning!("litebase_streams: litebase_streams.webhook_allowed_hosts is invalid ({e}); only public addresses are allowed");
+        warning!(
+            "litebase_streams: litebase_streams.webhook_allowed_hosts is invalid ({e}); only public addresses are allowed"
+        );
         Allowed::default()
     })
 }
@@ -363,9 +426,35 @@ fn warn_failed(failure: &Failure, backoff: Duration) {
 }
 
 /// Record what became of the attempts: move positions over delivered
-/// events, count failures, schedule retries, disable what gave up.
-fn record(client: &mut SpiClient<'_>, reports: &[Report]) -> SpiResult<()> {
+/// events, count failures, schedule retries, disable what gave up. Rows
+/// another transaction holds (the owner pausing, resuming or seeking its
+/// webhook) are skipped, not waited for: those reports come back, to be
+/// recorded by a later turn, and no webhook waits for another's lock.
+fn record(client: &mut SpiClient<'_>, reports: Vec<Report>) -> SpiResult<Vec<Report>> {
+    let mut unrecorded = Vec::new();
     for report in reports {
+        let state = client.update(
+            "SELECT w.attempts, pg_catalog.now() - w.failing_since >= pg_catalog.make_interval(secs => $2)
+             FROM streams.webhook_state w JOIN streams.subscription_state s ON s.id = w.subscription
+             WHERE w.subscription = $1 FOR NO KEY UPDATE OF w, s SKIP LOCKED",
+            None,
+            &[report.webhook.into(), f64::from(gucs::WEBHOOK_DISABLE_AFTER_S.get()).into()],
+        )?;
+        if state.is_empty() {
+            let exists = client
+                .select(
+                    "SELECT FROM streams.webhook_state w WHERE w.subscription = $1",
+                    None,
+                    &[report.webhook.into()],
+                )?
+                .len()
+                > 0;
+            if exists {
+                unrecorded.push(report); // locked: later
+            }
+            continue; // or dropped meanwhile
+        }
+        let row = state.first();
         let Some(error) = &report.error else {
             let args: [DatumWithOid; 4] =
                 [report.webhook.into(), report.after.into(), report.last.into(), report.status.map(i32::from).into()];
@@ -384,16 +473,6 @@ fn record(client: &mut SpiClient<'_>, reports: &[Report]) -> SpiResult<()> {
             )?;
             continue;
         };
-        let state = client.update(
-            "SELECT w.attempts, pg_catalog.now() - w.failing_since >= pg_catalog.make_interval(secs => $2)
-             FROM streams.webhook_state w WHERE w.subscription = $1 FOR NO KEY UPDATE",
-            None,
-            &[report.webhook.into(), f64::from(gucs::WEBHOOK_DISABLE_AFTER_S.get()).into()],
-        )?;
-        if state.is_empty() {
-            continue; // dropped meanwhile
-        }
-        let row = state.first();
         let attempts = row.get::<i32>(1)?.unwrap_or(0).saturating_add(1);
         let failing_too_long = gucs::WEBHOOK_DISABLE_AFTER_S.get() > 0 && row.get::<bool>(2)?.unwrap_or(false);
         let max_attempts = gucs::WEBHOOK_MAX_ATTEMPTS.get();
@@ -426,7 +505,7 @@ fn record(client: &mut SpiClient<'_>, reports: &[Report]) -> SpiResult<()> {
             &args,
         )?;
     }
-    Ok(())
+    Ok(unrecorded)
 }
 
 /// The backoff before attempt `attempts + 1`: `webhook_retry_min`
@@ -473,10 +552,19 @@ fn load(client: &mut SpiClient<'_>) -> SpiResult<(Vec<Webhook>, i64)> {
     Ok((webhooks, horizon))
 }
 
+/// What to send to a webhook next.
+enum Next {
+    /// Nothing pending.
+    Nothing,
+    /// A large event waits until other large bodies are sent.
+    Deferred,
+    Ready(Request),
+}
+
 /// The next request of `webhook`: its events after its position up to
-/// `upto`; None when there are none. Err((why, disable)) when the webhook
-/// cannot be served (its owner lost the read privilege: disable it).
-fn next_request(webhook: &Webhook, upto: i64, log_id: &str) -> Result<Option<Request>, (String, bool)> {
+/// `upto`. Err((why, disable)) when the webhook cannot be served (its owner
+/// lost the read privilege: disable it).
+fn next_request(webhook: &Webhook, upto: i64, log_id: &str, large_budget: i64) -> Result<Next, (String, bool)> {
     let Ok(selector) = parse_stream_selector(&webhook.pattern) else {
         return Err((format!("its stream pattern \"{}\" is invalid", webhook.pattern), true));
     };
@@ -494,12 +582,23 @@ fn next_request(webhook: &Webhook, upto: i64, log_id: &str) -> Result<Option<Req
         ));
     }
     let read = Spi::connect(|client| {
-        let Some(last) = last_position_to_send(client, webhook, &selector, upto)? else { return Ok(None) };
+        let Some((planned_last, planned_bytes)) = plan_request(client, webhook, &selector, upto)? else {
+            return Ok(Ok(Next::Nothing));
+        };
+        if planned_bytes > MAX_BODY_BYTES as i64
+            && planned_bytes > large_budget
+            && large_budget < MAX_LARGE_BYTES_IN_FLIGHT
+        {
+            return Ok(Ok(Next::Deferred));
+        }
         let single = webhook.batch == 1;
         let mut body = Body::default();
-        let mut first = None;
-        let events = events_between(client, &selector, webhook.position, last)?;
-        for (n, row) in events.enumerate() {
+        let (mut first, mut last) = (None, None);
+        let mut events = events_between(client, &selector, webhook.position, planned_last)?;
+        while let Some(row) = events.next() {
+            if last.is_some() && body.0.len() >= MAX_BODY_BYTES {
+                break; // the data printed larger than it is stored: the rest next time
+            }
             let position = row.get::<i64>(1)?.unwrap_or(0);
             let event = Event {
                 position,
@@ -510,27 +609,29 @@ fn next_request(webhook: &Webhook, upto: i64, log_id: &str) -> Result<Option<Req
                 data: row.get::<&str>(6)?,
                 private: false,
             };
-            first.get_or_insert(position);
             let written = (|| {
                 if !single {
-                    body.write_all(if n == 0 { b"[" } else { b"," })?;
+                    body.write_all(if first.is_none() { b"[" } else { b"," })?;
                 }
                 write_full_payload(&mut body, &event)
             })();
             if let Err(error) = written {
-                return Ok(Some(Err(format!("building the request failed: {error}"))));
+                return Ok(Err(format!("building the request failed: {error}")));
             }
+            first.get_or_insert(position);
+            last = Some(position);
         }
-        let Some(first) = first else { return Ok(None) };
+        let (Some(first), Some(last)) = (first, last) else { return Ok(Ok(Next::Nothing)) };
         if !single && body.write_all(b"]").is_err() {
-            return Ok(Some(Err("building the request failed: out of memory".into())));
+            return Ok(Err("building the request failed: out of memory".into()));
         }
+        let log = log_id.replace('-', "");
         let id = if first == last {
-            format!("msg_{}_{}_{first}", log_id.replace('-', ""), webhook.id)
+            format!("msg_{log}_{}_{first}", webhook.id)
         } else {
-            format!("msg_{}_{}_{first}-{last}", log_id.replace('-', ""), webhook.id)
+            format!("msg_{log}_{}_{first}-{last}", webhook.id)
         };
-        Ok::<_, pgrx::spi::Error>(Some(Ok(Request {
+        let request = Request {
             webhook: webhook.id,
             last,
             after: webhook.position,
@@ -538,44 +639,47 @@ fn next_request(webhook: &Webhook, upto: i64, log_id: &str) -> Result<Option<Req
             id,
             key,
             body: body.0,
-        })))
+        };
+        Ok::<_, pgrx::spi::Error>(Ok(Next::Ready(request)))
     });
-    match read {
-        Ok(None) => Ok(None),
-        Ok(Some(Ok(request))) => Ok(Some(request)),
-        Ok(Some(Err(error))) => Err((error, false)),
-        Err(error) => StreamsError::Spi { doing: "reading a webhook's events", error: error.to_string() }.raise(),
-    }
-    .map_err(|(error, disable): (String, bool)| (format!("webhook \"{}\": {error}", webhook.name), disable))
+    read.unwrap_or_else(|error| {
+        StreamsError::Spi { doing: "reading a webhook's events", error: error.to_string() }.raise()
+    })
+    .map_err(|error| (format!("webhook \"{}\": {error}", webhook.name), false))
 }
 
-/// The last position the next request carries: at most `batch` events
-/// after the position, up to `upto`, and no more than about
-/// [`MAX_BODY_BYTES`] of data (at least one event). Sizes come from the
-/// stored form, without reading the data.
-fn last_position_to_send(
+/// The last position the next request carries, and the size of its data:
+/// at most `batch` events after the position, up to `upto`, and no more
+/// than about [`MAX_BODY_BYTES`] (at least one event). Sizes are the
+/// uncompressed size of the stored jsonb, read without detoasting it.
+fn plan_request(
     client: &SpiClient<'_>,
     webhook: &Webhook,
     selector: &StreamSelector,
     upto: i64,
-) -> SpiResult<Option<i64>> {
+) -> SpiResult<Option<(i64, i64)>> {
     let (filter, mut args) = selector_filter(selector, 4);
     let sql = format!(
-        "SELECT e.position, pg_catalog.pg_column_size(e.data)::bigint FROM streams.event_log e
+        "SELECT e.position, e.data FROM streams.event_log e
          WHERE e.position > $1 AND e.position <= $2 {filter} ORDER BY e.position LIMIT $3"
     );
     let mut all: Vec<DatumWithOid> = vec![webhook.position.into(), upto.into(), webhook.batch.into()];
     all.append(&mut args);
     let (mut last, mut bytes) = (None, 0i64);
-    for row in client.select(&sql, None, &all)? {
-        let size = row.get::<i64>(2)?.unwrap_or(0);
-        if last.is_some() && bytes + size > MAX_BODY_BYTES {
+    let mut rows = client.select(&sql, None, &all)?;
+    while let Some(row) = rows.next() {
+        let position = row.get::<i64>(1)?;
+        // SAFETY: a non-null jsonb datum of the current row, valid for this SPI call; only its
+        // header is read (no detoasting).
+        let size =
+            rows.get_datum_by_ordinal(2)?.map_or(0, |datum| unsafe { pg_sys::toast_raw_datum_size(datum) } as i64);
+        if last.is_some() && bytes + size > MAX_BODY_BYTES as i64 {
             break;
         }
         bytes += size;
-        last = row.get::<i64>(1)?;
+        last = position;
     }
-    Ok(last)
+    Ok(last.map(|last| (last, bytes)))
 }
 
 /// The events of the pattern in `(after, last]`, as the payload needs them.
