@@ -99,8 +99,11 @@ run_suite "reinstall release build + (re)start dev cluster" reinstall \
 # --- the gateway (gateway/): its optimised build, which tests/gateway.rs starts ----
 # and the benchmark smoke run drives (the `gateway` profile: release without
 # the extension's fat LTO).
-run_suite "gateway build (cargo build --profile gateway)" gateway-build \
-    cargo build --profile gateway -p litebase-streams-gateway --bins
+# Its unit tests run with the same profile, so they reuse its compiled dependencies.
+run_suite "gateway build and unit tests (cargo build/test --profile gateway)" gateway-build \
+    bash -c 'cargo build --profile gateway -p litebase-streams-gateway --bins &&
+             cargo test --profile gateway -p litebase-streams-gateway'
+
 
 # --- (b) integration tests against the dev cluster ------------------------------
 if compgen -G "$REPO_ROOT/tests/*.rs" >/dev/null; then
