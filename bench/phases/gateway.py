@@ -38,7 +38,7 @@ MEMORY_BUDGET_KB = 64
 MAX_DB_CONNECTIONS = 8
 
 FULL = dict(gw_clients=5000, gw_rate=20, gw_secs=20)
-QUICK = dict(gw_clients=200, gw_rate=20, gw_secs=2)
+QUICK = dict(gw_clients=100, gw_rate=20, gw_secs=1)
 
 
 def _target_dir():

@@ -261,7 +261,8 @@ async fn run(args: Arc<Args>) -> serde_json::Value {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let connect_s = started.elapsed().as_secs_f64();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Let the last connections finish their catch-up before measuring memory.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let rss_connected = args.gateway_pid.and_then(|p| proc_status_kb(p, "VmRSS"));
     let db_connections: i64 = db
         .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'litebase-streams-gateway'", &[])
