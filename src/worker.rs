@@ -81,9 +81,10 @@ pub(crate) fn wait_for_creator() {
 /// level so that no `ALTER DATABASE/ROLE ... SET` (applied at connect) can
 /// change them. In particular:
 ///
-/// * `SESSION AUTHORIZATION DEFAULT`, `ROLE NONE`: the worker runs as the
-///   bootstrap superuser it connected as, whatever `session_authorization`
-///   or `role` a database owner set for the database.
+/// * `session_authorization` (the bootstrap superuser, OID 10, as which the
+///   worker connected; `DEFAULT` would be the database's setting) and `ROLE
+///   NONE`: whatever `session_authorization` or `role` a database owner set
+///   for the database.
 /// * `exit_on_error = off`: a failed round is retried, never the end of the
 ///   worker (and of the requests a webhook worker has in flight).
 /// * `search_path`: the worker runs as the bootstrap superuser; only
@@ -101,9 +102,10 @@ pub(crate) fn wait_for_creator() {
 /// * `synchronous_commit = off`: the worker's state is derived from durable
 ///   data, so its commits need not wait for the WAL flush.
 const PINNED_SETTINGS: &str = "
-    SET SESSION AUTHORIZATION DEFAULT;
-    SET ROLE NONE;
     SET exit_on_error = off;
+    SELECT pg_catalog.set_config('session_authorization',
+                                 (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = 10)::text, false);
+    SET ROLE NONE;
     SET search_path = pg_catalog, pg_temp;
     SET default_transaction_isolation = 'read committed';
     SET default_transaction_read_only = off;

@@ -549,3 +549,133 @@ fn drop_extension_and_drop_database_work_with_webhooks_in_flight() {
     admin().batch_execute(&format!("DROP DATABASE {}", db.name)).unwrap();
     assert_eq!(webhook_workers(&db), 0);
 }
+
+// --- bounds against a hostile webhook owner ------------------------------------
+
+/// However many webhooks hang, the worker has at most
+/// `webhook_max_concurrency` requests (threads) in flight; the rest wait
+/// their turn and are delivered once the hanging ones end.
+#[test]
+fn requests_in_flight_are_bounded_by_webhook_max_concurrency() {
+    let receiver = Receiver::start();
+    receiver.configure("/hang", Behaviour { sleep: 3.0, ..Behaviour::default() });
+    let cluster = ScratchCluster::start(
+        "webhooks-concurrency",
+        &[
+            "shared_preload_libraries = 'litebase_streams'",
+            "track_commit_timestamp = on",
+            "litebase_streams.webhook_allowed_hosts = '127.0.0.1'",
+            "litebase_streams.webhook_max_concurrency = 2",
+        ],
+    );
+    cluster.connect("postgres").batch_execute("CREATE DATABASE app").unwrap();
+    let mut c = cluster.connect("app");
+    c.batch_execute("CREATE EXTENSION litebase_streams").unwrap();
+    cluster.wait_for_worker("app");
+    for n in 0..6 {
+        create_webhook(&mut c, &format!("hang{n}"), "orders", &receiver.url("/hang"));
+    }
+    publish_each(&mut c, "orders", 1);
+    wait_until("two requests hang", Duration::from_secs(30), || receiver.requests("/hang").len() == 2);
+    let pid: i32 = c
+        .query_one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'litebase_streams webhooks'", &[])
+        .unwrap()
+        .get(0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let threads: usize = status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().parse().unwrap();
+    assert!(threads <= 3, "the main thread and at most 2 request threads: {threads}");
+    assert_eq!(receiver.requests("/hang").len(), 2, "the other four wait for a free slot");
+    wait_until("all six are delivered", Duration::from_secs(60), || receiver.delivered("/hang").len() == 6);
+}
+
+/// A webhook owner that keeps its webhook's rows locked (pause_webhook in
+/// a transaction left open) delays only that webhook: another owner's
+/// webhook goes on being delivered.
+#[test]
+fn a_webhook_locked_by_its_owner_does_not_stall_the_others() {
+    let _settings = local_endpoints();
+    let receiver = Receiver::start();
+    receiver.configure("/locked", Behaviour { sleep: 0.5, ..Behaviour::default() });
+    receiver.configure("/other", Behaviour::default());
+    let db = TestDb::new();
+    let mut c = db.connect();
+    create_webhook(&mut c, "locked", "a", &receiver.url("/locked"));
+    create_webhook(&mut c, "other", "b", &receiver.url("/other"));
+    publish_each(&mut c, "a", 1);
+    wait_until("the locked webhook's request is in flight", Duration::from_secs(30), || {
+        receiver.requests("/locked").len() == 1
+    });
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN; SELECT streams.pause_webhook('locked')").unwrap();
+    let positions = publish_each(&mut c, "b", 5);
+    assert_eq!(receiver.wait_for_delivered("/other", 5, Duration::from_secs(30)), positions);
+    holder.batch_execute("ROLLBACK").unwrap();
+    wait_for_state(&mut c, "locked", "its outcome recorded once the lock is gone", |s| s.pending == 0);
+}
+
+/// A transaction that creates many webhooks starts no background worker
+/// itself (it could fill every slot while it stays open); after it commits,
+/// one webhook worker serves them all.
+#[test]
+fn creating_many_webhooks_in_one_transaction_starts_one_worker_after_commit() {
+    let _settings = local_endpoints();
+    let receiver = Receiver::start();
+    receiver.configure("/many", Behaviour::default());
+    let db = TestDb::new();
+    let mut c = db.connect();
+    let webhook_workers = || -> i64 {
+        admin()
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'litebase_streams webhooks' AND datname = $1",
+                &[&db.name],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let mut tx = db.connect();
+    tx.batch_execute("BEGIN").unwrap();
+    tx.query(
+        "SELECT streams.create_webhook('many' || n, 'orders', $1) FROM generate_series(1, 40) n",
+        &[&receiver.url("/many")],
+    )
+    .unwrap();
+    assert_eq!(webhook_workers(), 0, "no worker started for an open transaction");
+    tx.batch_execute("COMMIT").unwrap();
+    wait_until("the webhook worker started", Duration::from_secs(30), || webhook_workers() == 1);
+    publish_each(&mut c, "orders", 1);
+    wait_until("all 40 webhooks delivered", Duration::from_secs(60), || receiver.delivered("/many").len() == 40);
+    assert_eq!(webhook_workers(), 1);
+}
+
+/// Settings a database owner may give its database (`session_authorization`,
+/// `exit_on_error`, a read-only default) do not stop the workers.
+#[test]
+fn database_settings_do_not_stop_the_workers() {
+    let _settings = local_endpoints();
+    let receiver = Receiver::start();
+    receiver.configure("/settings", Behaviour::signed(SECRET));
+    let db = TestDb::new();
+    let nobody = TestRole::new(&db, "nobody", "");
+    let mut c = db.connect();
+    create_webhook(&mut c, "settings", "orders", &receiver.url("/settings"));
+    let first = publish_each(&mut c, "orders", 1);
+    receiver.wait_for_delivered("/settings", 1, Duration::from_secs(30));
+    admin()
+        .batch_execute(&format!(
+            "ALTER DATABASE {db} SET session_authorization = '{role}';
+             ALTER DATABASE {db} SET exit_on_error = on;
+             ALTER DATABASE {db} SET default_transaction_read_only = on;
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = '{db}' AND backend_type IN ('litebase_streams worker', 'litebase_streams webhooks')",
+            db = db.name,
+            role = nobody.name
+        ))
+        .unwrap();
+    let mut c = db.connect();
+    c.batch_execute("SET default_transaction_read_only = off; RESET session_authorization").unwrap();
+    let later: Vec<i64> = (0..3).map(|n| publish(&mut c, "orders", &format!(r#"{{"n": {n}}}"#))).collect();
+    wait_for_horizon(&mut c, *later.last().unwrap());
+    let all: Vec<i64> = first.iter().chain(&later).copied().collect();
+    assert_eq!(receiver.wait_for_delivered("/settings", 4, Duration::from_secs(30)), all);
+    admin().batch_execute(&format!("ALTER DATABASE {} RESET ALL", db.name)).unwrap();
+}
