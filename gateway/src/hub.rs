@@ -30,9 +30,7 @@ use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, Notify};
-use tokio_postgres::{AsyncMessage, NoTls};
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
@@ -53,18 +51,13 @@ pub struct Hub {
     pub cfg: Config,
     pub db: Db,
     topics: Mutex<HashMap<(String, String), Arc<Topic>>>,
-    listen: mpsc::UnboundedSender<ListenRequest>,
+    listen: mpsc::UnboundedSender<crate::listen::ListenRequest>,
     /// The worker's pid as the last replay read it (0: not known yet).
     worker_pid: AtomicI32,
     pub listening: std::sync::atomic::AtomicBool,
     next_client: AtomicU64,
     /// The role of the latest successful replay (/healthz may ask as it).
     pub last_role: Mutex<Option<String>>,
-}
-
-struct ListenRequest {
-    channel: String,
-    done: oneshot::Sender<()>,
 }
 
 /// A client's place in a topic: its queue, the bytes in it, and how to cut
@@ -77,9 +70,9 @@ pub struct Slot {
     kill: Arc<Notify>,
 }
 
-struct Note {
-    pid: i32,
-    payload: String,
+pub struct Note {
+    pub pid: i32,
+    pub payload: String,
 }
 
 pub struct Topic {
@@ -123,7 +116,7 @@ impl Hub {
             next_client: AtomicU64::new(1),
             last_role: Mutex::new(None),
         });
-        tokio::spawn(listener(hub.clone(), requests));
+        tokio::spawn(crate::listen::listener(hub.clone(), requests));
         hub
     }
 
@@ -171,7 +164,7 @@ impl Hub {
     async fn listen(&self, channel: &str) -> Result<(), ApiError> {
         let (done, wait) = oneshot::channel();
         self.listen
-            .send(ListenRequest { channel: channel.to_owned(), done })
+            .send(crate::listen::ListenRequest { channel: channel.to_owned(), done })
             .map_err(|_| ApiError::unavailable("the LISTEN connection is gone"))?;
         match tokio::time::timeout(Duration::from_secs(10), wait).await {
             Ok(Ok(())) => Ok(()),
@@ -179,7 +172,7 @@ impl Hub {
         }
     }
 
-    fn dispatch(&self, channel: &str, note: Note) {
+    pub fn dispatch(&self, channel: &str, note: Note) {
         metrics::get().notifications.increment(1);
         if note.pid != self.worker_pid.load(Ordering::Relaxed) {
             // Forged, or the worker restarted: the topics replay instead.
@@ -200,7 +193,7 @@ impl Hub {
     }
 
     /// Every topic replays from its tail (after the LISTEN connection was lost).
-    fn replay_all(&self) {
+    pub fn replay_all(&self) {
         for topic in self.topics.lock().unwrap().values() {
             topic.state.lock().unwrap().force_replay = true;
             topic.wake.notify_one();
@@ -456,99 +449,4 @@ fn overflow(slot: &Slot) -> bool {
     debug!(client = slot.id, "client buffer full: disconnecting it");
     slot.kill.notify_one();
     false
-}
-
-fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// The LISTEN connection: reconnects with backoff, LISTENs again on every
-/// channel, and has every topic replay from its tail once it is back.
-async fn listener(hub: Arc<Hub>, mut requests: mpsc::UnboundedReceiver<ListenRequest>) {
-    let mut channels: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let mut waiting: Vec<ListenRequest> = Vec::new();
-    let mut backoff = Duration::from_millis(100);
-    let mut connected_before = false;
-    loop {
-        let (client, mut connection) = match hub.db.listen_config.connect(NoTls).await {
-            Ok(pair) => pair,
-            Err(e) => {
-                warn!(error = %e, "LISTEN connection failed; retrying in {backoff:?}");
-                // Keep taking requests while away; they are answered once connected.
-                let sleep = tokio::time::sleep(backoff);
-                tokio::pin!(sleep);
-                loop {
-                    tokio::select! {
-                        _ = &mut sleep => break,
-                        Some(req) = requests.recv() => waiting.push(req),
-                    }
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-                continue;
-            }
-        };
-        let (notes_tx, mut notes) = mpsc::unbounded_channel();
-        let driver = tokio::spawn(async move {
-            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-            while let Some(message) = messages.next().await {
-                match message {
-                    Ok(AsyncMessage::Notification(n)) => {
-                        if notes_tx.send(n).is_err() {
-                            break;
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        warn!(error = %e, "LISTEN connection lost");
-                        break;
-                    }
-                }
-            }
-        });
-        let mut ok = true;
-        for channel in &channels {
-            if let Err(e) = client.batch_execute(&format!("LISTEN {}", quote_ident(channel))).await {
-                warn!(error = %e, "LISTEN failed");
-                ok = false;
-                break;
-            }
-        }
-        if ok {
-            backoff = Duration::from_millis(100);
-            hub.listening.store(true, Ordering::Relaxed);
-            if connected_before {
-                metrics::get().listen_reconnects.increment(1);
-                info!(channels = channels.len(), "LISTEN connection re-established; every topic replays");
-                hub.replay_all();
-            }
-            connected_before = true;
-            'connected: loop {
-                let request = match waiting.pop() {
-                    Some(r) => r,
-                    None => tokio::select! {
-                        req = requests.recv() => match req { Some(r) => r, None => return },
-                        note = notes.recv() => match note {
-                            Some(n) => {
-                                hub.dispatch(n.channel(), Note { pid: n.process_id(), payload: n.payload().to_owned() });
-                                continue 'connected;
-                            }
-                            None => break 'connected,
-                        },
-                    },
-                };
-                if !channels.contains(&request.channel) {
-                    if let Err(e) = client.batch_execute(&format!("LISTEN {}", quote_ident(&request.channel))).await {
-                        warn!(error = %e, "LISTEN failed");
-                        waiting.push(request);
-                        break 'connected;
-                    }
-                    channels.insert(request.channel.clone());
-                }
-                let _ = request.done.send(());
-            }
-        }
-        hub.listening.store(false, Ordering::Relaxed);
-        driver.abort();
-        tokio::time::sleep(backoff).await;
-    }
 }

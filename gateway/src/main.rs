@@ -4,8 +4,8 @@
 //!
 //! Layout: config.rs (flags and environment), auth.rs (JWT → role), db.rs
 //! (the pools and every query, each as the request's role), hub.rs (the
-//! LISTEN connection and the per-(role, pattern) fan-out, with the no-gap
-//! invariant), subscription.rs (one client: catch-up, then live), http.rs
+//! per-(role, pattern) fan-out, with the no-gap invariant), listen.rs (the
+//! one LISTEN connection), subscription.rs (one client: catch-up, then live), http.rs
 //! (routes, SSE), ws.rs (WebSocket), event.rs (the wire encoding),
 //! pattern.rs (stream names and patterns), metrics.rs (Prometheus).
 
@@ -16,6 +16,7 @@ mod error;
 mod event;
 mod http;
 mod hub;
+mod listen;
 mod metrics;
 mod pattern;
 mod subscription;

@@ -33,6 +33,8 @@ use crate::subscription::{End, Subscription};
 pub const CLOSE_TOO_SLOW: u16 = 4008;
 /// Messages queued for one WebSocket before its subscriptions wait.
 const OUT_QUEUE: usize = 64;
+/// Subscriptions one WebSocket may hold at once.
+pub const MAX_SUBSCRIPTIONS: usize = 64;
 
 #[derive(Deserialize)]
 struct Request {
@@ -146,6 +148,11 @@ fn handle(
         "subscribe" => {
             if subscriptions.contains_key(&stream) {
                 let _ = out.try_send(error(Some(&stream), &ApiError::bad_request("already subscribed")));
+                return;
+            }
+            if subscriptions.len() >= MAX_SUBSCRIPTIONS {
+                let e = ApiError::bad_request(format!("at most {MAX_SUBSCRIPTIONS} subscriptions per WebSocket"));
+                let _ = out.try_send(error(Some(&stream), &e));
                 return;
             }
             let after = request.after.as_ref().and_then(json_text);

@@ -1,0 +1,118 @@
+//! The gateway's one LISTEN connection: LISTENs on the channels topics ask
+//! for, hands every notification (channel, sender pid, payload) to the hub,
+//! and after a lost connection reconnects with backoff, LISTENs again on
+//! every channel, and has every topic replay from its tail (nothing sent
+//! while it was away is lost: the replays find it).
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::{AsyncMessage, NoTls};
+use tracing::{info, warn};
+
+use crate::hub::{Hub, Note};
+use crate::metrics;
+
+/// A channel to LISTEN on; `done` once it is.
+pub struct ListenRequest {
+    pub channel: String,
+    pub done: oneshot::Sender<()>,
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Runs for the gateway's lifetime.
+pub async fn listener(hub: Arc<Hub>, mut requests: mpsc::UnboundedReceiver<ListenRequest>) {
+    let mut channels: HashSet<String> = HashSet::new();
+    let mut waiting: Vec<ListenRequest> = Vec::new();
+    let mut backoff = Duration::from_millis(100);
+    let mut connected_before = false;
+    loop {
+        let (client, mut connection) = match hub.db.listen_config.connect(NoTls).await {
+            Ok(pair) => pair,
+            Err(e) => {
+                warn!(error = %e, "LISTEN connection failed; retrying in {backoff:?}");
+                // Keep taking requests while away; they are answered once connected.
+                let sleep = tokio::time::sleep(backoff);
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        _ = &mut sleep => break,
+                        Some(req) = requests.recv() => waiting.push(req),
+                    }
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        let (notes_tx, mut notes) = mpsc::unbounded_channel();
+        let driver = tokio::spawn(async move {
+            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(message) = messages.next().await {
+                match message {
+                    Ok(AsyncMessage::Notification(n)) => {
+                        if notes_tx.send(n).is_err() {
+                            break;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        warn!(error = %e, "LISTEN connection lost");
+                        break;
+                    }
+                }
+            }
+        });
+        let mut ok = true;
+        for channel in &channels {
+            if let Err(e) = client.batch_execute(&format!("LISTEN {}", quote_ident(channel))).await {
+                warn!(error = %e, "LISTEN failed");
+                ok = false;
+                break;
+            }
+        }
+        if ok {
+            backoff = Duration::from_millis(100);
+            hub.listening.store(true, Ordering::Relaxed);
+            if connected_before {
+                metrics::get().listen_reconnects.increment(1);
+                info!(channels = channels.len(), "LISTEN connection re-established; every topic replays");
+                hub.replay_all();
+            }
+            connected_before = true;
+            'connected: loop {
+                let request = match waiting.pop() {
+                    Some(r) => r,
+                    None => tokio::select! {
+                        req = requests.recv() => match req { Some(r) => r, None => return },
+                        note = notes.recv() => match note {
+                            Some(n) => {
+                                hub.dispatch(n.channel(), Note { pid: n.process_id(), payload: n.payload().to_owned() });
+                                continue 'connected;
+                            }
+                            None => break 'connected,
+                        },
+                    },
+                };
+                if !channels.contains(&request.channel) {
+                    if let Err(e) = client.batch_execute(&format!("LISTEN {}", quote_ident(&request.channel))).await {
+                        warn!(error = %e, "LISTEN failed");
+                        waiting.push(request);
+                        break 'connected;
+                    }
+                    channels.insert(request.channel.clone());
+                }
+                let _ = request.done.send(());
+            }
+        }
+        hub.listening.store(false, Ordering::Relaxed);
+        driver.abort();
+        tokio::time::sleep(backoff).await;
+    }
+}
