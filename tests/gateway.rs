@@ -752,3 +752,42 @@ fn idle_streams_get_heartbeats() {
         sse.pings >= 2
     });
 }
+
+#[test]
+fn a_websocket_that_falls_behind_is_closed_with_4008_and_resubscribes() {
+    let _shared = shared();
+    // A queue of one event: a burst of 50 in one commit overflows it at once.
+    let s = Setup::new(&["--client-buffer-events", "1"]);
+    let mut ws = s.gateway.ws(&token(&s.reader.name));
+    ws.send(json!({"type": "subscribe", "stream": "pay.*", "after": 0}));
+    assert_eq!(ws.next(Duration::from_secs(10)).unwrap()["type"], "subscribed");
+    let data: Vec<String> = (0..50).map(|i| format!(r#"{{"i": {i}}}"#)).collect();
+    s.db.connect().execute("SELECT streams.publish_batch('pay.burst', $1::text[]::jsonb[])", &[&data]).unwrap();
+    let mut got: Vec<i64> = Vec::new();
+    let close = loop {
+        match ws.socket.read() {
+            Ok(tungstenite::Message::Text(t)) => {
+                let m: Value = serde_json::from_str(t.as_str()).unwrap();
+                assert_eq!(m["type"], "event", "{m}");
+                got.push(m["position"].as_i64().unwrap());
+            }
+            Ok(tungstenite::Message::Close(frame)) => break frame,
+            Ok(_) => {}
+            Err(e) => panic!("the socket ended without a close frame: {e}"),
+        }
+    };
+    let frame = close.expect("a close frame with a code");
+    assert_eq!(u16::from(frame.code), 4008, "{frame:?}");
+    assert!(frame.reason.contains("too slow"), "{frame:?}");
+    assert!(got.len() < 50, "closed before the end of the burst");
+    // Subscribing again after the last position received gets the rest, once.
+    let mut again = s.gateway.ws(&token(&s.reader.name));
+    again.send(json!({"type": "subscribe", "stream": "pay.*", "after": got.last().copied().unwrap_or(0)}));
+    assert_eq!(again.next(Duration::from_secs(10)).unwrap()["type"], "subscribed");
+    let committed = s.positions("pay.");
+    while got.len() < committed.len() {
+        let m = again.next(Duration::from_secs(20)).expect("the rest of the burst");
+        got.push(m["position"].as_i64().unwrap());
+    }
+    assert_exactly_once_in_order(&got, &committed, "WebSocket closed with 4008, then resubscribed");
+}
