@@ -84,6 +84,8 @@ pub struct Topic {
     state: Mutex<TopicState>,
     wake: Notify,
     init: tokio::sync::Mutex<bool>,
+    /// Its task runs.
+    started: std::sync::atomic::AtomicBool,
     /// The streams whose channels this topic has LISTENed on.
     channels: tokio::sync::Mutex<std::collections::HashSet<String>>,
 }
@@ -147,7 +149,16 @@ impl Hub {
                     })
                     .clone()
             };
-            topic.ensure_started(self).await?;
+            if let Err(e) = topic.ensure_started(self).await {
+                // Leave no topic behind that no task runs (its inbox would only grow).
+                let mut topics = self.topics.lock().unwrap();
+                let key = (role.to_owned(), pattern.to_owned());
+                if !topic.started.load(Ordering::Relaxed) && topics.get(&key).is_some_and(|t| Arc::ptr_eq(t, &topic)) {
+                    topics.remove(&key);
+                    metrics::get().topics.decrement(1.0);
+                }
+                return Err(e);
+            }
             let mut st = topic.state.lock().unwrap();
             if st.closed {
                 continue; // dropped as idle meanwhile: take a new one
@@ -224,6 +235,7 @@ impl Topic {
             }),
             wake: Notify::new(),
             init: tokio::sync::Mutex::new(false),
+            started: false.into(),
             channels: Default::default(),
         }
     }
@@ -249,6 +261,7 @@ impl Topic {
         }
         self.state.lock().unwrap().tail = horizon;
         *started = true;
+        self.started.store(true, Ordering::Relaxed);
         debug!(role = %self.role, pattern = %self.pattern, horizon, streams = names.len(), "topic started");
         tokio::spawn(self.clone().run(hub.clone()));
         Ok(())
