@@ -41,15 +41,18 @@
 //! for long. Outcomes are recorded with `SKIP LOCKED`: a webhook whose rows
 //! its owner holds locked waits, the others go on.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use pgrx::bgworkers::*;
 use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
 use pgrx::prelude::*;
-use pgrx::spi::SpiClient;
+use pgrx::spi::{OwnedPreparedStatement, SpiClient};
+use pgrx::PgOid;
 
 use super::hosts::Allowed;
 use super::http::{self, Outcome, Request, Sender};
@@ -306,6 +309,10 @@ fn serve(entry: &'static DbEntry) {
             log!("litebase_streams webhook worker: no active webhook left, exiting");
             return;
         }
+        // Forget what dropped webhooks left behind.
+        let known: HashSet<i32> = webhooks.iter().map(|w| w.id).collect();
+        retry_upto.retain(|id, _| known.contains(id));
+        nothing_in.retain(|id, _| known.contains(id));
         let held: HashSet<i32> = in_flight.keys().chain(reports.iter().map(|r| &r.webhook)).copied().collect();
         let idle: Vec<&Webhook> = webhooks.iter().filter(|w| w.active && !held.contains(&w.id)).collect();
         // Round robin: each turn starts one webhook further, so no webhook
@@ -433,7 +440,8 @@ fn warn_failed(failure: &Failure, backoff: Duration) {
 fn record(client: &mut SpiClient<'_>, reports: Vec<Report>) -> SpiResult<Vec<Report>> {
     let mut unrecorded = Vec::new();
     for report in reports {
-        let state = client.update(
+        let state = exec(
+            client,
             "SELECT w.attempts, pg_catalog.now() - w.failing_since >= pg_catalog.make_interval(secs => $2)
              FROM streams.webhook_state w JOIN streams.subscription_state s ON s.id = w.subscription
              WHERE w.subscription = $1 FOR NO KEY UPDATE OF w, s SKIP LOCKED",
@@ -459,7 +467,8 @@ fn record(client: &mut SpiClient<'_>, reports: Vec<Report>) -> SpiResult<Vec<Rep
             let args: [DatumWithOid; 4] =
                 [report.webhook.into(), report.after.into(), report.last.into(), report.status.map(i32::from).into()];
             // Only over the position the events followed: a seek meanwhile wins.
-            client.update(
+            exec(
+                client,
                 "WITH moved AS (
                      UPDATE streams.subscription_state s SET position = $3, last_ack_at = pg_catalog.now()
                      WHERE s.id = $1 AND s.position = $2 RETURNING s.id
@@ -493,7 +502,8 @@ fn record(client: &mut SpiClient<'_>, reports: Vec<Report>) -> SpiResult<Vec<Rep
             (retry_delay(attempts).as_secs_f64()).into(),
             disable.into(),
         ];
-        client.update(
+        exec(
+            client,
             "UPDATE streams.webhook_state w
              SET attempts = $2, failing_since = coalesce(w.failing_since, pg_catalog.now()), last_status = $3,
                  last_error = $4, last_attempt_at = pg_catalog.now(),
@@ -524,8 +534,9 @@ fn retry_delay(attempts: i32) -> Duration {
 
 /// The webhooks, and the horizon.
 fn load(client: &mut SpiClient<'_>) -> SpiResult<(Vec<Webhook>, i64)> {
-    let horizon = client.select("SELECT streams.horizon()", None, &[])?.first().get::<i64>(1)?.unwrap_or(0);
-    let rows = client.select(
+    let horizon = exec(client, "SELECT streams.horizon()", None, &[])?.first().get::<i64>(1)?.unwrap_or(0);
+    let rows = exec(
+        client,
         "SELECT s.id, s.name::text, s.stream::text, s.owner::oid, s.position, w.url, w.secret, w.batch,
                 NOT w.paused AND w.disabled_at IS NULL,
                 GREATEST(0, pg_catalog.ceil(EXTRACT(epoch FROM w.next_attempt_at - pg_catalog.clock_timestamp()) * 1000))::bigint
@@ -581,7 +592,7 @@ fn next_request(webhook: &Webhook, upto: i64, log_id: &str, large_budget: i64) -
             true,
         ));
     }
-    let read = Spi::connect(|client| {
+    let read = Spi::connect_mut(|client| {
         let Some((planned_last, planned_bytes)) = plan_request(client, webhook, &selector, upto)? else {
             return Ok(Ok(Next::Nothing));
         };
@@ -653,7 +664,7 @@ fn next_request(webhook: &Webhook, upto: i64, log_id: &str, large_budget: i64) -
 /// than about [`MAX_BODY_BYTES`] (at least one event). Sizes are the
 /// uncompressed size of the stored jsonb, read without detoasting it.
 fn plan_request(
-    client: &SpiClient<'_>,
+    client: &mut SpiClient<'_>,
     webhook: &Webhook,
     selector: &StreamSelector,
     upto: i64,
@@ -666,7 +677,7 @@ fn plan_request(
     let mut all: Vec<DatumWithOid> = vec![webhook.position.into(), upto.into(), webhook.batch.into()];
     all.append(&mut args);
     let (mut last, mut bytes) = (None, 0i64);
-    let mut rows = client.select(&sql, None, &all)?;
+    let mut rows = exec(client, &sql, None, &all)?;
     while let Some(row) = rows.next() {
         let position = row.get::<i64>(1)?;
         // SAFETY: a non-null jsonb datum of the current row, valid for this SPI call; only its
@@ -683,12 +694,12 @@ fn plan_request(
 }
 
 /// The events of the pattern in `(after, last]`, as the payload needs them.
-fn events_between<'c>(
-    client: &'c SpiClient<'_>,
+fn events_between<'conn>(
+    client: &mut SpiClient<'conn>,
     selector: &StreamSelector,
     after: i64,
     last: i64,
-) -> SpiResult<pgrx::spi::SpiTupleTable<'c>> {
+) -> SpiResult<pgrx::spi::SpiTupleTable<'conn>> {
     let (filter, mut args) = selector_filter(selector, 3);
     let sql = format!(
         "SELECT e.position, e.stream::text, e.time, e.tx::text::bigint,
@@ -701,7 +712,7 @@ fn events_between<'c>(
     );
     let mut all: Vec<DatumWithOid> = vec![after.into(), last.into()];
     all.append(&mut args);
-    client.select(&sql, None, &all)
+    exec(client, &sql, None, &all)
 }
 
 /// The stream condition of a pattern on `e.stream`, as parameters `$n`
@@ -715,6 +726,32 @@ fn selector_filter(selector: &StreamSelector, n: usize) -> (String, Vec<DatumWit
         ),
         StreamSelector::All => (String::new(), vec![]),
     }
+}
+
+thread_local! {
+    /// The worker's statements, planned once and kept (the plan cache
+    /// re-plans them when the tables change), by their text.
+    static PLANS: RefCell<HashMap<String, Rc<OwnedPreparedStatement>>> = RefCell::new(HashMap::new());
+}
+
+/// Run `sql` through its kept plan (prepared on first use, with the types
+/// of `args`).
+fn exec<'conn>(
+    client: &mut SpiClient<'conn>,
+    sql: &str,
+    limit: Option<std::ffi::c_long>,
+    args: &[DatumWithOid<'_>],
+) -> SpiResult<pgrx::spi::SpiTupleTable<'conn>> {
+    let plan = match PLANS.with(|plans| plans.borrow().get(sql).cloned()) {
+        Some(plan) => plan,
+        None => {
+            let types: Vec<PgOid> = args.iter().map(|a| PgOid::from(a.oid())).collect();
+            let plan = Rc::new(client.prepare_mut(sql, &types)?.keep());
+            PLANS.with(|plans| plans.borrow_mut().insert(sql.to_owned(), plan.clone()));
+            plan
+        }
+    };
+    client.update(&*plan, limit, args)
 }
 
 /// A request body that reports an allocation failure as an error instead
