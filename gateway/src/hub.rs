@@ -56,7 +56,7 @@ pub struct Hub {
     worker_pid: AtomicI32,
     pub listening: std::sync::atomic::AtomicBool,
     next_client: AtomicU64,
-    /// The role of the latest successful replay (/healthz may ask as it).
+    /// The latest role that read something (/healthz may ask as it).
     pub last_role: Mutex<Option<String>>,
 }
 
@@ -208,6 +208,14 @@ impl Hub {
         for topic in self.topics.lock().unwrap().values() {
             topic.state.lock().unwrap().force_replay = true;
             topic.wake.notify_one();
+        }
+    }
+
+    /// A role that may read something (/healthz may ask as it).
+    pub fn note_reader(&self, role: &str) {
+        let mut last = self.last_role.lock().unwrap();
+        if last.as_deref() != Some(role) {
+            *last = Some(role.to_owned());
         }
     }
 
@@ -388,9 +396,7 @@ impl Topic {
                 }
             };
             hub.note_worker_pid(page.worker_pid);
-            if hub.last_role.lock().unwrap().as_deref() != Some(self.role.as_str()) {
-                *hub.last_role.lock().unwrap() = Some(self.role.clone());
-            }
+            hub.note_reader(&self.role);
             let short = page.events.len() < hub.cfg.page_size as usize;
             debug!(pattern = %self.pattern, tail, events = page.events.len(), horizon = page.horizon, "topic replay");
             if !matches!(self.selector, Selector::Exact(_)) {

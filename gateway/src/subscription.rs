@@ -157,6 +157,7 @@ impl Drop for Subscription {
 pub async fn check_read(hub: &Hub, role: &str, pattern: &str, selector: &pattern::Selector) -> Result<(), ApiError> {
     let (all, grants) = hub.db.read_grants(Server::Reader, role).await?;
     if all || selector.covered_by(&grants) {
+        hub.note_reader(role);
         Ok(())
     } else {
         Err(ApiError::forbidden(format!("role {role:?} may not read {pattern:?}")))
