@@ -11,7 +11,7 @@ use std::sync::{Arc, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::gateway::{request, token, token_with, Gateway, Sse, SseEnd, SseEvent};
+use common::gateway::{token, token_with, Gateway, Sse, SseEnd, SseEvent};
 use common::{publish, wait_for_horizon, wait_until, TestDb, TestRole};
 use serde_json::{json, Value};
 
