@@ -645,6 +645,10 @@ fn bad_input_gets_the_documented_status() {
     }
     let other_secret = token_with(&s.reader.name, "another-secret");
     assert_eq!(gw.sse("/v1/streams/pay.*/events", Some(&other_secret), None).status, 401);
+    let big = format!(r#"{{"blob": "{}"}}"#, "x".repeat(2 * 1024 * 1024));
+    let (status, body) = gw.request("POST", "/v1/streams/pay.a/events", &h, &big);
+    assert_eq!(status, 413, "a body over --max-body-bytes");
+    assert!(serde_json::from_str::<Value>(&body).unwrap()["error"].is_string(), "{body}");
     let bad_id = [("Authorization", auth.as_str()), ("Accept", "text/event-stream"), ("Last-Event-ID", "abc")];
     let (status, body) = gw.request("GET", "/v1/streams/pay.*/events", &bad_id, "");
     assert_eq!(status, 400, "a bad Last-Event-ID: {body}");

@@ -240,8 +240,9 @@ async fn publish(
     Path(stream): Path<String>,
     headers: HeaderMap,
     q: Result<Query<EventsQuery>, QueryRejection>,
-    body: Bytes,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let body = body.map_err(|e| ApiError::new(e.status(), format!("bad body: {}", e.body_text())))?;
     let q = query(q)?;
     let role = app.auth.role(&headers, q.access_token.as_deref())?;
     pattern::validate_stream_name(&stream)
