@@ -333,7 +333,8 @@ impl Browser {
         let profile = TempDir(std::env::temp_dir().join(format!("gateway-chromium-{}", std::process::id())));
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let child = std::process::Command::new("chromium")
-            .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions"])
+            .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
+            .arg("--disable-extensions")
             .arg(format!("--remote-debugging-port={port}"))
             .arg(format!("--user-data-dir={}", profile.0.display()))
             .arg(url)
@@ -352,6 +353,9 @@ impl Browser {
             ws_url.is_some()
         });
         let (page, _) = tungstenite::connect(ws_url.unwrap()).unwrap();
+        if let tungstenite::stream::MaybeTlsStream::Plain(s) = page.get_ref() {
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap(); // a dead browser fails the test, not hangs it
+        }
         Browser { child, page, next_id: 1, _profile: profile }
     }
 
