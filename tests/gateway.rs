@@ -314,10 +314,20 @@ fn a_handful_of_database_connections_serve_many_clients() {
 /// Reads a page of Chromium's DevTools protocol target list and evaluates
 /// JavaScript in the page.
 struct Browser {
-    child: std::process::Child,
+    _child: KillOnDrop,
     page: tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>,
     next_id: u64,
     _profile: TempDir,
+}
+
+/// A child process killed when dropped, also by a panic before it is in place.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 struct TempDir(std::path::PathBuf);
@@ -341,6 +351,7 @@ impl Browser {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
+            .map(KillOnDrop)
             .expect("chromium runs (Debian package chromium; make setup installs it)");
         let mut ws_url = None;
         wait_until("Chromium lists the page on its DevTools port", Duration::from_secs(30), || {
@@ -356,7 +367,7 @@ impl Browser {
         if let tungstenite::stream::MaybeTlsStream::Plain(s) = page.get_ref() {
             s.set_read_timeout(Some(Duration::from_secs(30))).unwrap(); // a dead browser fails the test, not hangs it
         }
-        Browser { child, page, next_id: 1, _profile: profile }
+        Browser { _child: child, page, next_id: 1, _profile: profile }
     }
 
     /// The value of a JavaScript expression in the page.
@@ -402,13 +413,6 @@ fn devtools_list(port: u16) -> Option<String> {
     let mut body = vec![0; length];
     reader.read_exact(&mut body).ok()?;
     String::from_utf8(body).ok()
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]

@@ -168,6 +168,10 @@ impl Gateway {
 impl Drop for Gateway {
     fn drop(&mut self) {
         self.kill();
+        // The log stays for a failed test to be read.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.log);
+        }
     }
 }
 
