@@ -18,6 +18,7 @@ that path answers a POST:
                across a restart of the receiver on the same log)
   fail_status  default 500
   status       the answer after that, default 200
+  location     a Location header to send with every answer (for redirects)
   sleep        seconds to wait before answering (past the sender's timeout:
                the sender gives up, the request stays in the log)
 
@@ -179,6 +180,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_response(status)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(reply)))
+            if behaviour and behaviour.get("location"):  # a redirect's target
+                self.send_header("Location", behaviour["location"])
             self.end_headers()
             self.wfile.write(reply)
         except (BrokenPipeError, ConnectionResetError):  # the sender gave up (its timeout)

@@ -679,3 +679,60 @@ fn database_settings_do_not_stop_the_workers() {
     assert_eq!(receiver.wait_for_delivered("/settings", 4, Duration::from_secs(30)), all);
     admin().batch_execute(&format!("ALTER DATABASE {} RESET ALL", db.name)).unwrap();
 }
+
+// --- giving up, and redirects ------------------------------------------------
+
+/// A webhook gives up (disabled, the reason in last_error) after
+/// `webhook_max_attempts` failed attempts of one request, or after failing
+/// for `webhook_disable_after`; a redirect is a failure and is not followed.
+#[test]
+fn failing_webhooks_are_disabled_and_redirects_are_not_followed() {
+    let receiver = Receiver::start();
+    receiver.configure("/broken", Behaviour { fail_first: 1000, ..Behaviour::default() });
+    receiver.configure("/target", Behaviour::default());
+    receiver.configure(
+        "/moved",
+        Behaviour { status: 307, location: Some(receiver.url("/target")), ..Behaviour::default() },
+    );
+    let cluster = ScratchCluster::start(
+        "webhooks-give-up",
+        &[
+            "shared_preload_libraries = 'litebase_streams'",
+            "track_commit_timestamp = on",
+            "litebase_streams.webhook_allowed_hosts = '127.0.0.1'",
+            "litebase_streams.webhook_retry_min = 20",
+            "litebase_streams.webhook_retry_max = 100",
+            "litebase_streams.webhook_max_attempts = 3",
+        ],
+    );
+    cluster.connect("postgres").batch_execute("CREATE DATABASE app").unwrap();
+    let mut c = cluster.connect("app");
+    c.batch_execute("CREATE EXTENSION litebase_streams").unwrap();
+    cluster.wait_for_worker("app");
+    create_webhook(&mut c, "attempts", "orders", &receiver.url("/broken"));
+    create_webhook(&mut c, "moved", "orders", &receiver.url("/moved"));
+    publish_each(&mut c, "orders", 1);
+
+    let disabled = wait_for_state(&mut c, "attempts", "disabled after 3 attempts", |s| s.state == "disabled");
+    assert_eq!((disabled.attempts, disabled.last_status), (3, Some(500)));
+    assert!(disabled.last_error.as_deref().unwrap_or("").contains("after 3 failed attempts"), "{disabled:?}");
+    assert_eq!(receiver.requests("/broken").len(), 3);
+
+    let moved = wait_for_state(&mut c, "moved", "disabled after 3 redirects", |s| s.state == "disabled");
+    assert_eq!(moved.last_status, Some(307));
+    assert_eq!(receiver.requests("/moved").len(), 3);
+    assert!(receiver.requests("/target").is_empty(), "the redirect was followed");
+
+    c.batch_execute("ALTER SYSTEM SET litebase_streams.webhook_max_attempts = 0").unwrap();
+    c.batch_execute("ALTER SYSTEM SET litebase_streams.webhook_disable_after = 1").unwrap();
+    c.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_until("the settings are reloaded", Duration::from_secs(10), || {
+        let value: String =
+            cluster.connect("app").query_one("SHOW litebase_streams.webhook_disable_after", &[]).unwrap().get(0);
+        value == "1s"
+    });
+    c.batch_execute("SELECT streams.resume_webhook('attempts')").unwrap();
+    let gave_up = wait_for_state(&mut c, "attempts", "disabled after failing for 1 s", |s| s.state == "disabled");
+    assert!(gave_up.last_error.as_deref().unwrap_or("").contains("webhook_disable_after"), "{gave_up:?}");
+    assert!(receiver.requests("/broken").len() > 3 + 2, "it kept trying for about a second first");
+}

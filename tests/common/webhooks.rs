@@ -45,12 +45,14 @@ pub struct Behaviour {
     pub status: u16,
     /// Seconds to wait before answering (the request is logged at once).
     pub sleep: f64,
+    /// A `Location` header for every answer (with a 3xx status: a redirect).
+    pub location: Option<String>,
 }
 
 impl Default for Behaviour {
     /// Answer 200 at once, verify nothing.
     fn default() -> Behaviour {
-        Behaviour { secret: None, fail_first: 0, fail_status: 500, status: 200, sleep: 0.0 }
+        Behaviour { secret: None, fail_first: 0, fail_status: 500, status: 200, sleep: 0.0, location: None }
     }
 }
 
@@ -164,7 +166,7 @@ impl Receiver {
             .map(|(path, b)| {
                 let value = serde_json::json!({
                     "secret": b.secret, "fail_first": b.fail_first, "fail_status": b.fail_status,
-                    "status": b.status, "sleep": b.sleep,
+                    "status": b.status, "sleep": b.sleep, "location": b.location,
                 });
                 (path.clone(), value)
             })
