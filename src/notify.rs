@@ -121,6 +121,22 @@ struct Payload<'a> {
     private: bool,
 }
 
+impl<'a> Payload<'a> {
+    /// The event's fields, no data yet.
+    fn without_data(event: &Event<'a>) -> Payload<'a> {
+        Payload {
+            position: event.position,
+            stream: event.stream,
+            time: format_time(event.time_us),
+            tx: event.tx,
+            prev: event.prev,
+            data: None,
+            truncated: false,
+            private: event.private,
+        }
+    }
+}
+
 /// RFC 3339, UTC, microseconds, `Z`: `2026-11-30T01:02:03.000004Z`.
 pub fn format_time(unix_us: i64) -> String {
     let time = chrono::DateTime::from_timestamp_micros(unix_us).unwrap_or_default();
@@ -161,17 +177,7 @@ pub fn write_compact_json<W: std::io::Write>(out: &mut W, text: &str) -> std::io
 /// webhooks, which send what notifications truncate), written into `out`
 /// as it goes: the data is copied once, into `out`.
 pub fn write_full_payload<W: std::io::Write>(out: &mut W, event: &Event<'_>) -> std::io::Result<()> {
-    let head = Payload {
-        position: event.position,
-        stream: event.stream,
-        time: format_time(event.time_us),
-        tx: event.tx,
-        prev: event.prev,
-        data: None,
-        truncated: false,
-        private: false,
-    };
-    let head = serde_json::to_vec(&head)?;
+    let head = serde_json::to_vec(&Payload { private: false, ..Payload::without_data(event) })?;
     out.write_all(&head[..head.len() - 1])?; // without its closing brace
     out.write_all(b",\"data\":")?;
     write_compact_json(out, event.data.unwrap_or("null"))?;
@@ -182,16 +188,7 @@ pub fn write_full_payload<W: std::io::Write>(out: &mut W, event: &Event<'_>) -> 
 /// with `"private": true` for a private stream; without `data` and with
 /// `"truncated": true` when the full payload would not fit.
 pub fn encode_payload(event: &Event<'_>) -> Result<String, serde_json::Error> {
-    let mut payload = Payload {
-        position: event.position,
-        stream: event.stream,
-        time: format_time(event.time_us),
-        tx: event.tx,
-        prev: event.prev,
-        data: None,
-        truncated: false,
-        private: event.private,
-    };
+    let mut payload = Payload::without_data(event);
     if event.private {
         return serde_json::to_string(&payload);
     }

@@ -454,10 +454,16 @@ pub fn running(db: pg_sys::Oid) -> bool {
 pub fn stop_for_drop(db: pg_sys::Oid) {
     let Some(entry) = shmem::find_db(db) else { return };
     entry.stop.store(true, Ordering::Release);
-    crate::webhooks::stop_for_drop(entry);
+    entry.wake_webhook_worker();
+    wait_for_exit(&entry.webhook_pid);
     entry.wake_worker();
+    wait_for_exit(&entry.worker_pid);
+}
+
+/// Wait (up to 10 s) until the worker whose pid `pid` holds has left.
+fn wait_for_exit(pid: &std::sync::atomic::AtomicI32) {
     for _ in 0..1000 {
-        if entry.worker_pid.load(Ordering::Acquire) == 0 {
+        if pid.load(Ordering::Acquire) == 0 {
             break;
         }
         // SAFETY: in the DROP DATABASE backend's ProcessUtility hook, inside its transaction; an

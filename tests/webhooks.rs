@@ -41,7 +41,8 @@ fn local_endpoints() -> Arc<LocalEndpoints> {
     admin.batch_execute("SELECT pg_reload_conf()").unwrap();
     // A session started after the postmaster reloaded sees the new values.
     wait_until("the webhook settings are loaded", Duration::from_secs(10), || {
-        let value: String = admin_fresh().query_one("SHOW litebase_streams.webhook_allowed_hosts", &[]).unwrap().get(0);
+        let value: String =
+            common::admin().query_one("SHOW litebase_streams.webhook_allowed_hosts", &[]).unwrap().get(0);
         value == "127.0.0.1"
     });
     let live = Arc::new(LocalEndpoints);
@@ -49,8 +50,18 @@ fn local_endpoints() -> Arc<LocalEndpoints> {
     live
 }
 
-fn admin_fresh() -> Client {
-    admin()
+/// A throwaway cluster with `settings` (for server-wide webhook settings
+/// of a test's own, and crashes), a database `app` with the extension and
+/// its worker running, and a connection to it.
+fn scratch_cluster(name: &str, settings: &[&str]) -> (ScratchCluster, Client) {
+    let mut all = vec!["shared_preload_libraries = 'litebase_streams'", "track_commit_timestamp = on"];
+    all.extend_from_slice(settings);
+    let cluster = ScratchCluster::start(name, &all);
+    cluster.connect("postgres").batch_execute("CREATE DATABASE app").unwrap();
+    let mut c = cluster.connect("app");
+    c.batch_execute("CREATE EXTENSION litebase_streams").unwrap();
+    cluster.wait_for_worker("app");
+    (cluster, c)
 }
 
 impl Drop for LocalEndpoints {
@@ -305,20 +316,14 @@ fn gone_disables_and_resume_continues_where_it_stopped() {
 fn a_crash_mid_delivery_repeats_at_most_the_request_in_flight() {
     let receiver = Receiver::start();
     receiver.configure("/crash", Behaviour::signed(SECRET));
-    let cluster = ScratchCluster::start(
+    let (cluster, mut c) = scratch_cluster(
         "webhooks-crash",
         &[
-            "shared_preload_libraries = 'litebase_streams'",
-            "track_commit_timestamp = on",
             "litebase_streams.webhook_allowed_hosts = '127.0.0.1'",
             "litebase_streams.webhook_retry_min = 50",
             "litebase_streams.webhook_retry_max = 400",
         ],
     );
-    cluster.connect("postgres").batch_execute("CREATE DATABASE app").unwrap();
-    let mut c = cluster.connect("app");
-    c.batch_execute("CREATE EXTENSION litebase_streams").unwrap();
-    cluster.wait_for_worker("app");
     create_webhook(&mut c, "crash", "orders", &receiver.url("/crash"));
     let delivered = publish_each(&mut c, "orders", 3);
     receiver.wait_for_delivered("/crash", 3, Duration::from_secs(30));
@@ -411,19 +416,10 @@ fn bad_arguments_fail_with_their_sqlstate_and_create_nothing() {
 fn the_worker_refuses_an_address_the_policy_no_longer_allows() {
     let receiver = Receiver::start();
     receiver.configure("/late", Behaviour::signed(SECRET));
-    let cluster = ScratchCluster::start(
+    let (cluster, mut c) = scratch_cluster(
         "webhooks-policy",
-        &[
-            "shared_preload_libraries = 'litebase_streams'",
-            "track_commit_timestamp = on",
-            "litebase_streams.webhook_allowed_hosts = '127.0.0.1'",
-            "litebase_streams.webhook_retry_min = 50",
-        ],
+        &["litebase_streams.webhook_allowed_hosts = '127.0.0.1'", "litebase_streams.webhook_retry_min = 50"],
     );
-    cluster.connect("postgres").batch_execute("CREATE DATABASE app").unwrap();
-    let mut c = cluster.connect("app");
-    c.batch_execute("CREATE EXTENSION litebase_streams").unwrap();
-    cluster.wait_for_worker("app");
     create_webhook(&mut c, "late", "orders", &receiver.url("/late"));
     c.batch_execute("ALTER SYSTEM SET litebase_streams.webhook_allowed_hosts = ''").unwrap();
     c.batch_execute("SELECT pg_reload_conf()").unwrap();
@@ -559,19 +555,10 @@ fn drop_extension_and_drop_database_work_with_webhooks_in_flight() {
 fn requests_in_flight_are_bounded_by_webhook_max_concurrency() {
     let receiver = Receiver::start();
     receiver.configure("/hang", Behaviour { sleep: 3.0, ..Behaviour::default() });
-    let cluster = ScratchCluster::start(
+    let (_cluster, mut c) = scratch_cluster(
         "webhooks-concurrency",
-        &[
-            "shared_preload_libraries = 'litebase_streams'",
-            "track_commit_timestamp = on",
-            "litebase_streams.webhook_allowed_hosts = '127.0.0.1'",
-            "litebase_streams.webhook_max_concurrency = 2",
-        ],
+        &["litebase_streams.webhook_allowed_hosts = '127.0.0.1'", "litebase_streams.webhook_max_concurrency = 2"],
     );
-    cluster.connect("postgres").batch_execute("CREATE DATABASE app").unwrap();
-    let mut c = cluster.connect("app");
-    c.batch_execute("CREATE EXTENSION litebase_streams").unwrap();
-    cluster.wait_for_worker("app");
     for n in 0..6 {
         create_webhook(&mut c, &format!("hang{n}"), "orders", &receiver.url("/hang"));
     }
@@ -694,21 +681,15 @@ fn failing_webhooks_are_disabled_and_redirects_are_not_followed() {
         "/moved",
         Behaviour { status: 307, location: Some(receiver.url("/target")), ..Behaviour::default() },
     );
-    let cluster = ScratchCluster::start(
+    let (cluster, mut c) = scratch_cluster(
         "webhooks-give-up",
         &[
-            "shared_preload_libraries = 'litebase_streams'",
-            "track_commit_timestamp = on",
             "litebase_streams.webhook_allowed_hosts = '127.0.0.1'",
             "litebase_streams.webhook_retry_min = 20",
             "litebase_streams.webhook_retry_max = 100",
             "litebase_streams.webhook_max_attempts = 3",
         ],
     );
-    cluster.connect("postgres").batch_execute("CREATE DATABASE app").unwrap();
-    let mut c = cluster.connect("app");
-    c.batch_execute("CREATE EXTENSION litebase_streams").unwrap();
-    cluster.wait_for_worker("app");
     create_webhook(&mut c, "attempts", "orders", &receiver.url("/broken"));
     create_webhook(&mut c, "moved", "orders", &receiver.url("/moved"));
     publish_each(&mut c, "orders", 1);

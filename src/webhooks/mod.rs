@@ -29,7 +29,7 @@ use crate::error::{OrRaise, StreamsError};
 use crate::subscriptions::{self, as_owner};
 use crate::{gucs, shmem};
 
-pub use worker::{ensure_worker, stop_for_drop};
+pub use worker::ensure_worker;
 
 /// The most events one request may carry.
 const MAX_BATCH: i32 = 1000;

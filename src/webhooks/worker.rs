@@ -126,23 +126,6 @@ fn webhooks_installed() -> bool {
     }
 }
 
-/// Make the webhook worker of `entry` leave (the database's `stop` flag is
-/// set) and wait until it has.
-pub fn stop_for_drop(entry: &DbEntry) {
-    entry.wake_webhook_worker();
-    for _ in 0..1000 {
-        if entry.webhook_pid.load(Ordering::Acquire) == 0 {
-            break;
-        }
-        // SAFETY: in the DROP DATABASE backend, inside its transaction; a cancel's ERROR from
-        // CHECK_FOR_INTERRUPTS becomes a panic that the caller re-raises.
-        unsafe {
-            pg_sys::pg_usleep(10_000);
-            pg_sys::check_for_interrupts!();
-        }
-    }
-}
-
 #[pg_guard]
 #[no_mangle]
 pub extern "C-unwind" fn litebase_streams_webhook_worker_main(arg: pg_sys::Datum) {
