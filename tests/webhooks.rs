@@ -717,3 +717,33 @@ fn failing_webhooks_are_disabled_and_redirects_are_not_followed() {
     assert!(gave_up.last_error.as_deref().unwrap_or("").contains("webhook_disable_after"), "{gave_up:?}");
     assert!(receiver.requests("/broken").len() > 3 + 2, "it kept trying for about a second first");
 }
+
+/// A turn that fails (here: its tables locked past the worker's
+/// lock_timeout) keeps the outcomes it could not record: the delivered
+/// event is recorded later, not sent again.
+#[test]
+fn outcomes_survive_a_failed_turn() {
+    let _settings = local_endpoints();
+    let receiver = Receiver::start();
+    receiver.configure("/slowish", Behaviour { sleep: 1.0, ..Behaviour::default() });
+    let db = TestDb::new();
+    let mut c = db.connect();
+    create_webhook(&mut c, "slowish", "orders", &receiver.url("/slowish"));
+    let log = std::env::var("LITEBASE_STREAMS_SERVER_LOG").expect("LITEBASE_STREAMS_SERVER_LOG");
+    let log_size = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0) as usize;
+    publish_each(&mut c, "orders", 1);
+    wait_until("the request is in flight", Duration::from_secs(30), || receiver.requests("/slowish").len() == 1);
+    let mut locker = db.connect();
+    locker.batch_execute("BEGIN; LOCK TABLE streams.webhook_state IN ACCESS EXCLUSIVE MODE").unwrap();
+    // The endpoint answers 1 s after the request arrived: by then the
+    // outcome waits in the worker, and the next turn fails on the lock.
+    std::thread::sleep(Duration::from_millis(1500));
+    let log_size = log_size.max(std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0) as usize);
+    wait_until("a turn failed on the lock after the answer", Duration::from_secs(30), || {
+        let text = std::fs::read(&log).unwrap_or_default();
+        String::from_utf8_lossy(&text[log_size.min(text.len())..]).contains("webhook worker turn failed")
+    });
+    locker.batch_execute("COMMIT").unwrap();
+    wait_for_state(&mut c, "slowish", "the delivery recorded", |s| s.pending == 0 && s.last_status == Some(200));
+    assert_eq!(receiver.requests("/slowish").len(), 1, "delivered once, not sent again after the failed turn");
+}

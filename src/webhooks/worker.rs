@@ -186,6 +186,7 @@ struct Webhook {
 }
 
 /// What became of an attempt, to record.
+#[derive(Clone)]
 struct Report {
     webhook: i32,
     /// The position the events followed, and the last one sent.
@@ -254,7 +255,8 @@ fn serve(entry: &'static DbEntry) {
                 return None;
             }
             Some(Spi::connect_mut(|client| {
-                let unrecorded = record(client, std::mem::take(&mut reports))?;
+                // A copy: if the turn fails, its transaction rolls back and the reports stay to record.
+                let unrecorded = record(client, reports.clone())?;
                 if log_id.is_empty() {
                     log_id = client
                         .select("SELECT streams.log_id()::text", None, &[])?
