@@ -161,6 +161,43 @@ note "The first transaction rolled back: its claims returned, and the second got
 sql "SELECT name, position, pending, lag_time, claimed FROM streams.subscriptions;"
 note "Long poll (works through PgBouncer): SELECT * FROM streams.poll('billing', wait => '10s') returns as soon as an event commits."
 
+step "A webhook: every payment.* event POSTed to an HTTP endpoint, signed"
+note "A throwaway endpoint on 127.0.0.1 prints what arrives; a superuser lets webhooks reach this machine."
+HOOK_OUT="$(mktemp)"
+python3 - >"$HOOK_OUT" 2>&1 <<'PY' &
+import http.server, json, sys
+class Hook(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["content-length"]))
+        print("webhook-id:", self.headers["webhook-id"], "| signature:", self.headers["webhook-signature"][:16] + "...",
+              "| body:", body.decode(), flush=True)
+        self.send_response(204)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", 8977), Hook)
+server.timeout = 10
+server.handle_request()  # one request: batch => 10 carries every payment.* event so far
+PY
+HOOK=$!
+sleep 0.5
+sql <<'SQL'
+ALTER SYSTEM SET litebase_streams.webhook_allowed_hosts = '127.0.0.1';
+SELECT pg_reload_conf();
+SQL
+sleep 0.5
+sql "SELECT streams.create_webhook('billing-hook', 'payment.*', 'http://127.0.0.1:8977/hooks', after => 0, batch => 10) AS secret;"
+wait "$HOOK" || true
+sed 's/^/    endpoint: /' "$HOOK_OUT"
+rm -f "$HOOK_OUT"
+sql "SELECT name, state, position, pending, attempts, last_status FROM streams.webhooks;"
+note "Verify the signature with any Standard Webhooks library and the secret above (README, Webhooks)."
+sql <<'SQL'
+SELECT streams.drop_webhook('billing-hook');
+ALTER SYSTEM RESET litebase_streams.webhook_allowed_hosts;
+SELECT pg_reload_conf();
+SQL
+
 step "Stored events are immutable through SQL, even for a superuser"
 sql "DELETE FROM streams.event_log;" || true
 
