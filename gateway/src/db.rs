@@ -31,7 +31,13 @@ pub struct Page {
     pub events: Vec<Arc<Event>>,
     pub horizon: i64,
     pub worker_pid: Option<i32>,
+    /// The page stopped at its event or byte limit: more may follow. A page
+    /// without `more` holds every matching event up to `horizon`.
+    pub more: bool,
 }
+
+/// Rows fetched per round trip at most, while reading a page by portal.
+const CHUNK_ROWS: i32 = 256;
 
 /// Which server a read goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +124,24 @@ impl Db {
         start: &Start,
         limit: i32,
     ) -> Result<Page, ApiError> {
+        self.replay_page_bytes(server, role, pattern, start, limit, usize::MAX).await
+    }
+
+    /// One replay page as `role` of at most `limit` events and about
+    /// `max_bytes` bytes (each event counted by its SSE frame): it stops once
+    /// the events read reach `max_bytes`, so one event larger than that comes
+    /// alone. The rows come through a portal in small chunks sized by the
+    /// bytes still allowed, so no more than a chunk's rows are held beyond the
+    /// page itself.
+    pub async fn replay_page_bytes(
+        &self,
+        server: Server,
+        role: &str,
+        pattern: &str,
+        start: &Start,
+        limit: i32,
+        max_bytes: usize,
+    ) -> Result<Page, ApiError> {
         let timer = Instant::now();
         let mut client = self.pool(server).get().await?;
         let tx = begin(&mut client, role, true).await?;
@@ -130,12 +154,29 @@ impl Db {
             Start::FromTx(x) => (None, None, Some(x.as_str())),
         };
         let stmt = tx.prepare_cached(REPLAY).await?;
-        let rows = tx.query(&stmt, &[&pattern, &after, &since, &from_tx, &limit]).await?;
+        let portal = tx.bind(&stmt, &[&pattern, &after, &since, &from_tx, &limit]).await?;
+        let limit = limit.max(0) as usize;
+        let mut events: Vec<Arc<Event>> = Vec::new();
+        let mut bytes = 0usize;
+        let mut done = false;
+        while events.len() < limit && bytes < max_bytes && !done {
+            // As many rows as the bytes left allow at the average size so far.
+            let average = if events.is_empty() { 0 } else { bytes / events.len() };
+            let rows_left = if average == 0 { 16 } else { (max_bytes - bytes).div_ceil(average) };
+            let chunk = rows_left.min(limit - events.len()).clamp(1, CHUNK_ROWS as usize);
+            let rows = tx.query_portal(&portal, chunk as i32).await?;
+            done = rows.len() < chunk;
+            for r in &rows {
+                let event = Event::new(r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
+                bytes += event.sse.len();
+                events.push(Arc::new(event));
+            }
+        }
+        let more = !done;
+        // The portal ends with the transaction.
         tx.commit().await?;
-        let events =
-            rows.iter().map(|r| Arc::new(Event::new(r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))).collect();
         metrics::query_seconds("replay", timer);
-        Ok(Page { events, horizon, worker_pid })
+        Ok(Page { events, horizon, worker_pid, more })
     }
 
     /// The read grants of `role`: whether it reads everything, and the names

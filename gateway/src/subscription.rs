@@ -81,6 +81,7 @@ impl Subscription {
     pub async fn next(&mut self) -> Result<(Arc<Event>, bool), End> {
         loop {
             while let Some(event) = self.pending.pop_front() {
+                self.slot.queued.fetch_sub(event.sse.len(), Ordering::Relaxed);
                 if event.position > self.last {
                     self.last = event.position;
                     metrics::get().sent_catchup.increment(1);
@@ -119,10 +120,23 @@ impl Subscription {
             self.slot.queued.fetch_sub(event.sse.len(), Ordering::Relaxed);
             self.seam = self.seam.max(event.position);
         }
-        let limit = self.hub.cfg.page_size;
-        let page =
-            self.hub.db.replay_page(Server::Reader, &self.topic.role, &self.topic.pattern, &self.start, limit).await?;
-        let short = page.events.len() < limit as usize;
+        // The page counts toward the client's byte budget while it waits to
+        // be sent (in `queued`, which the topic's fan-out checks too), and
+        // takes at most half of it so live events still fit beside it.
+        let budget = (self.hub.cfg.client_buffer_bytes / 2).max(1);
+        let page = self
+            .hub
+            .db
+            .replay_page_bytes(
+                Server::Reader,
+                &self.topic.role,
+                &self.topic.pattern,
+                &self.start,
+                self.hub.cfg.page_size,
+                budget,
+            )
+            .await?;
+        let short = !page.more;
         match page.events.last() {
             Some(event) => self.start = Start::After(event.position),
             None if !matches!(self.start, Start::After(_)) => {
@@ -132,6 +146,8 @@ impl Subscription {
             }
             None => {}
         }
+        let bytes: usize = page.events.iter().map(|e| e.sse.len()).sum();
+        self.slot.queued.fetch_add(bytes, Ordering::Relaxed);
         self.pending.extend(page.events);
         if short {
             if page.horizon >= self.seam {
