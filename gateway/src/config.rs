@@ -108,9 +108,22 @@ pub struct Config {
     pub heartbeat_secs: u64,
 
     /// Milliseconds between safety-net replays of each subscribed pattern (they find events of streams a
-    /// pattern had not met yet, and anything a lost notification hid).
+    /// pattern had not met yet, and anything a lost notification hid). A topic whose replays come back empty
+    /// waits twice as long each time, up to 10 s, and back to this at its next event or notification. It is
+    /// also the most a single-stream topic trusts its last privilege check before forwarding a notification
+    /// without a query, and the least time between two replays that unverified notifications force.
     #[arg(long, env = "LITEBASE_GATEWAY_POLL_INTERVAL_MS", default_value_t = 1000)]
     pub poll_interval_ms: u64,
+
+    /// Most topics (distinct role and pattern pairs that clients subscribe to) at once; a subscription that
+    /// would open one more gets 503. Each topic LISTENs on its streams' channels and replays on its own.
+    #[arg(long, env = "LITEBASE_GATEWAY_MAX_TOPICS", default_value_t = 10_000)]
+    pub max_topics: usize,
+
+    /// Milliseconds a topic stays after its last client left (a client that comes back meanwhile finds it
+    /// warm); then it closes and UNLISTENs the channels no other topic uses.
+    #[arg(long, env = "LITEBASE_GATEWAY_TOPIC_IDLE_MS", default_value_t = 10_000)]
+    pub topic_idle_ms: u64,
 
     /// Largest request body (publish), in bytes.
     #[arg(long, env = "LITEBASE_GATEWAY_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
@@ -136,5 +149,9 @@ impl Config {
 
     pub fn poll_interval(&self) -> Duration {
         Duration::from_millis(self.poll_interval_ms.max(10))
+    }
+
+    pub fn topic_idle(&self) -> Duration {
+        Duration::from_millis(self.topic_idle_ms)
     }
 }

@@ -15,15 +15,25 @@
 //! How the topic learns of events: a notification on one of its streams'
 //! channels wakes it. It forwards the payload without a query only when all
 //! of these hold: the sender is the worker (`streams.worker_pid()`, see
-//! docs/security.md), the topic names one stream, the payload carries the
-//! data (not private, not truncated), and its `prev` (the stream's previous
-//! event) is at or below the tail, so nothing of the stream was missed.
-//! Anything else (a forged or unverified notification, a gap, a private or
-//! truncated event, a pattern topic) makes the topic replay from its tail as
-//! its role instead: one query for all of its clients. A timer replays every
-//! `--poll-interval-ms` too, which finds the first events of streams a
-//! pattern had not met (their channels are LISTENed from then on), and
-//! after a lost LISTEN connection every topic replays once it is back.
+//! docs/security.md), the topic names one stream, a privilege check no older
+//! than `--poll-interval-ms` found the role may still read it, the payload
+//! carries the data (not private, not truncated), and its `prev` (the
+//! stream's previous event) is at or below the tail, so nothing of the
+//! stream was missed. Anything else (a forged or unverified notification, a
+//! gap, a private or truncated event, a pattern topic, a stale or failed
+//! privilege check) makes the topic replay from its tail as its role
+//! instead: one query for all of its clients, in which row-level security
+//! decides. Only the worker's notifications to single-stream topics are
+//! kept (within a byte bound); unverified ones merely mark the topic for a
+//! replay, and such forced replays run at most once per poll interval, so
+//! forged notifications cost neither memory nor more than that load.
+//!
+//! A timer replays every `--poll-interval-ms` too, which finds the first
+//! events of streams a pattern had not met (their channels are LISTENed
+//! from then on); it backs off up to `MAX_POLL` while the replays come back
+//! empty. After a lost LISTEN connection every topic replays once it is
+//! back. Topics are bounded by `--max-topics`, and a topic that closes lets
+//! go of its channels (the last user of one UNLISTENs it).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
@@ -37,15 +47,18 @@ use crate::config::Config;
 use crate::db::{Db, Server, Start};
 use crate::error::ApiError;
 use crate::event::{Event, Payload};
+use crate::listen::ListenRequest;
 use crate::metrics;
 use crate::pattern::Selector;
 
-/// A topic without clients for this long is dropped.
-const TOPIC_IDLE: Duration = Duration::from_secs(10);
-/// How often a topic checks that its role may still read its pattern.
+/// How often a topic checks that its role may still read its pattern (also
+/// without traffic; with traffic a single-stream topic checks once per poll
+/// interval before forwarding).
 const PRIVILEGE_RECHECK: Duration = Duration::from_secs(10);
-/// Most notifications a topic keeps unread; past that it drops them and replays.
-const INBOX_LIMIT: usize = 10_000;
+/// Most bytes of notifications a topic keeps unread; past that it drops them and replays.
+const INBOX_BYTES: usize = 1024 * 1024;
+/// The longest a topic whose replays keep coming back empty waits between them.
+const MAX_POLL: Duration = Duration::from_secs(10);
 
 pub struct Hub {
     pub cfg: Config,
@@ -86,15 +99,23 @@ pub struct Topic {
     init: tokio::sync::Mutex<bool>,
     /// Its task runs.
     started: std::sync::atomic::AtomicBool,
-    /// The streams whose channels this topic has LISTENed on.
+    /// The streams whose channels this topic holds (listen.rs counts them).
     channels: tokio::sync::Mutex<std::collections::HashSet<String>>,
+    /// When the last privilege check that found the role may read the
+    /// pattern started; None after a failed or negative one.
+    read_checked: Mutex<Option<Instant>>,
 }
 
 struct TopicState {
     tail: i64,
     clients: Vec<Slot>,
+    /// The worker's notifications (single-stream topics only), and their bytes.
     inbox: Vec<Note>,
+    inbox_bytes: usize,
+    /// Replay soon: an unverified notification came (coalesced to one replay per poll interval).
     force_replay: bool,
+    /// Replay now: the worker notified a pattern topic, or the inbox overflowed.
+    replay_due: bool,
     idle_since: Option<Instant>,
     closed: bool,
 }
@@ -141,8 +162,17 @@ impl Hub {
         loop {
             let topic = {
                 let mut topics = self.topics.lock().unwrap();
+                let key = (role.to_owned(), pattern.to_owned());
+                if !topics.contains_key(&key) && topics.len() >= self.cfg.max_topics {
+                    metrics::get().topic_limit_refusals.increment(1);
+                    return Err(ApiError::unavailable(format!(
+                        "too many subscribed patterns: the gateway serves at most {} role and pattern pairs at once \
+                         (--max-topics); retry later",
+                        self.cfg.max_topics
+                    )));
+                }
                 topics
-                    .entry((role.to_owned(), pattern.to_owned()))
+                    .entry(key)
                     .or_insert_with(|| {
                         metrics::get().topics.increment(1.0);
                         Arc::new(Topic::new(role, pattern, selector.clone()))
@@ -171,31 +201,52 @@ impl Hub {
         }
     }
 
-    /// LISTEN on a channel (once for the gateway's lifetime).
+    /// Take a reference on a channel, LISTENing on it if nobody holds it.
+    /// Every `Ok` is to be matched by one `unlisten`.
     async fn listen(&self, channel: &str) -> Result<(), ApiError> {
         let (done, wait) = oneshot::channel();
         self.listen
-            .send(crate::listen::ListenRequest { channel: channel.to_owned(), done })
+            .send(ListenRequest::Acquire { channel: channel.to_owned(), done })
             .map_err(|_| ApiError::unavailable("the LISTEN connection is gone"))?;
         match tokio::time::timeout(Duration::from_secs(10), wait).await {
             Ok(Ok(())) => Ok(()),
-            _ => Err(ApiError::unavailable("database unavailable: LISTEN did not complete")),
+            _ => {
+                // The request may still complete: balance it (requests run in order).
+                self.unlisten(channel);
+                Err(ApiError::unavailable("database unavailable: LISTEN did not complete"))
+            }
         }
     }
 
+    /// Let go of a reference taken by `listen`.
+    fn unlisten(&self, channel: &str) {
+        let _ = self.listen.send(ListenRequest::Release { channel: channel.to_owned() });
+    }
+
+    /// A notification for the topics whose pattern matches its channel. Only
+    /// the worker's (verified by the sender's pid) notifications to
+    /// single-stream topics are kept; the rest only mark topics for a replay.
     pub fn dispatch(&self, channel: &str, note: Note) {
         metrics::get().notifications.increment(1);
-        if note.pid != self.worker_pid.load(Ordering::Relaxed) {
+        let worker = self.worker_pid.load(Ordering::Relaxed);
+        let verified = worker != 0 && note.pid == worker;
+        if !verified {
             // Forged, or the worker restarted: the topics replay instead.
             metrics::get().unverified_notifications.increment(1);
         }
         let topics = self.topics.lock().unwrap();
         for topic in topics.values().filter(|t| t.selector.matches(channel)) {
             let mut st = topic.state.lock().unwrap();
-            if st.inbox.len() >= INBOX_LIMIT {
-                st.inbox.clear();
+            if !verified {
                 st.force_replay = true;
+            } else if !matches!(topic.selector, Selector::Exact(_)) {
+                st.replay_due = true;
+            } else if st.inbox_bytes + note.payload.len() > INBOX_BYTES {
+                st.inbox.clear();
+                st.inbox_bytes = 0;
+                st.replay_due = true;
             } else {
+                st.inbox_bytes += note.payload.len();
                 st.inbox.push(Note { pid: note.pid, payload: note.payload.clone() });
             }
             drop(st);
@@ -203,8 +254,11 @@ impl Hub {
         }
     }
 
-    /// Every topic replays from its tail (after the LISTEN connection was lost).
+    /// Every topic replays from its tail (after the LISTEN connection was
+    /// lost). The worker may have restarted meanwhile: its pid is trusted
+    /// again only once a replay has read it.
     pub fn replay_all(&self) {
+        self.worker_pid.store(0, Ordering::Relaxed);
         for topic in self.topics.lock().unwrap().values() {
             topic.state.lock().unwrap().force_replay = true;
             topic.wake.notify_one();
@@ -219,10 +273,9 @@ impl Hub {
         }
     }
 
+    /// The worker's pid as a replay read it; none (no worker runs) trusts no pid.
     fn note_worker_pid(&self, pid: Option<i32>) {
-        if let Some(pid) = pid {
-            self.worker_pid.store(pid, Ordering::Relaxed);
-        }
+        self.worker_pid.store(pid.unwrap_or(0), Ordering::Relaxed);
     }
 }
 
@@ -237,7 +290,9 @@ impl Topic {
                 tail: 0,
                 clients: Vec::new(),
                 inbox: Vec::new(),
+                inbox_bytes: 0,
                 force_replay: false,
+                replay_due: false,
                 idle_since: None,
                 closed: false,
             }),
@@ -245,6 +300,7 @@ impl Topic {
             init: tokio::sync::Mutex::new(false),
             started: false.into(),
             channels: Default::default(),
+            read_checked: Mutex::new(None),
         }
     }
 
@@ -254,10 +310,29 @@ impl Topic {
         if *started {
             return Ok(());
         }
+        let (names, horizon) = match self.listen_channels(hub).await {
+            Ok(found) => found,
+            Err(e) => {
+                // All or nothing: a later attempt starts from no channels.
+                self.release_channels(hub).await;
+                return Err(e);
+            }
+        };
+        self.state.lock().unwrap().tail = horizon;
+        *started = true;
+        self.started.store(true, Ordering::Relaxed);
+        debug!(role = %self.role, pattern = %self.pattern, horizon, streams = names.len(), "topic started");
+        tokio::spawn(self.clone().run(hub.clone()));
+        Ok(())
+    }
+
+    /// The topic's channels (LISTENed on), its streams and the horizon.
+    async fn listen_channels(&self, hub: &Hub) -> Result<(Vec<String>, i64), ApiError> {
         // For one stream: LISTEN before reading the horizon, so every event
         // above the tail is notified on a channel already listened to.
         if let Selector::Exact(name) = &self.selector {
             hub.listen(name).await?;
+            self.channels.lock().await.insert(name.clone());
         }
         let (names, horizon) = hub.db.stream_names(&self.role, &self.selector).await?;
         if !matches!(self.selector, Selector::Exact(_)) {
@@ -267,41 +342,68 @@ impl Topic {
                 channels.insert(name.clone());
             }
         }
-        self.state.lock().unwrap().tail = horizon;
-        *started = true;
-        self.started.store(true, Ordering::Relaxed);
-        debug!(role = %self.role, pattern = %self.pattern, horizon, streams = names.len(), "topic started");
-        tokio::spawn(self.clone().run(hub.clone()));
-        Ok(())
+        Ok((names, horizon))
+    }
+
+    /// Let go of every channel the topic holds.
+    async fn release_channels(&self, hub: &Hub) {
+        for channel in self.channels.lock().await.drain() {
+            hub.unlisten(&channel);
+        }
     }
 
     async fn run(self: Arc<Topic>, hub: Arc<Hub>) {
-        let mut tick = tokio::time::interval(hub.cfg.poll_interval());
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let base = hub.cfg.poll_interval();
+        // The safety-net poll: `wait` doubles while replays find nothing.
+        let mut wait = base;
+        let mut next_poll = Instant::now() + wait;
         let mut checked = Instant::now();
+        let mut last_forced: Option<Instant> = None;
         loop {
             let ticked = tokio::select! {
                 _ = self.wake.notified() => false,
-                _ = tick.tick() => true,
+                _ = tokio::time::sleep_until(next_poll.into()) => Instant::now() >= next_poll,
             };
             if ticked && self.close_if_idle(&hub) {
+                self.release_channels(&hub).await;
                 return;
             }
             if ticked && checked.elapsed() >= PRIVILEGE_RECHECK {
                 checked = Instant::now();
                 self.recheck_privileges(&hub).await;
             }
-            let (notes, forced) = {
+            // Forced replays (unverified notifications) at most once per poll interval.
+            let force_ok = last_forced.is_none_or(|at| at.elapsed() >= base);
+            let (notes, due, forced) = {
                 let mut st = self.state.lock().unwrap();
-                (std::mem::take(&mut st.inbox), std::mem::take(&mut st.force_replay))
+                st.inbox_bytes = 0;
+                let due = std::mem::take(&mut st.replay_due);
+                let forced = st.force_replay && (force_ok || ticked || due);
+                if forced {
+                    st.force_replay = false;
+                } else if st.force_replay {
+                    next_poll = next_poll.min(last_forced.map_or(Instant::now(), |at| at + base));
+                }
+                (std::mem::take(&mut st.inbox), due, forced)
             };
-            let mut replayed = false;
-            if ticked || forced {
-                replayed = true;
-                self.replay(&hub).await;
+            if forced {
+                metrics::get().forced_replays.increment(1);
+                last_forced = Some(Instant::now());
             }
+            // A forward needs a recent privilege check: make one for a batch of notifications.
+            if !notes.is_empty() && !self.read_checked_within(base) {
+                checked = Instant::now();
+                self.recheck_privileges(&hub).await;
+            }
+            let mut sent = 0;
+            let mut replayed = false;
+            if ticked || forced || due {
+                replayed = true;
+                sent += self.replay(&hub).await;
+            }
+            let active = sent > 0 || due || !notes.is_empty();
             for note in notes {
-                match self.classify(&hub, &note) {
+                match self.classify(&hub, &note, base) {
                     Action::Drop => {}
                     Action::Forward(event) => {
                         let mut st = self.state.lock().unwrap();
@@ -318,6 +420,16 @@ impl Topic {
                     }
                 }
             }
+            if active {
+                wait = base;
+                next_poll = next_poll.min(Instant::now() + base);
+            }
+            if ticked {
+                if !active {
+                    wait = (wait * 2).min(MAX_POLL.max(base));
+                }
+                next_poll = Instant::now() + wait;
+            }
         }
     }
 
@@ -328,7 +440,7 @@ impl Topic {
             return false;
         }
         let since = *st.idle_since.get_or_insert_with(Instant::now);
-        if since.elapsed() < TOPIC_IDLE {
+        if since.elapsed() < hub.cfg.topic_idle() {
             return false;
         }
         st.closed = true;
@@ -339,14 +451,19 @@ impl Topic {
     }
 
     /// Revoked read grants end the live path at once: the topic's clients
-    /// are disconnected and get 403 when they come back.
+    /// are disconnected and get 403 when they come back. Until a check
+    /// succeeds again, nothing is forwarded without a replay.
     async fn recheck_privileges(&self, hub: &Hub) {
+        metrics::get().privilege_checks.increment(1);
+        let started = Instant::now();
+        *self.read_checked.lock().unwrap() = None;
         let covered = match hub.db.read_grants(Server::Primary, &self.role).await {
             Ok((all, grants)) => all || self.selector.covered_by(&grants),
             Err(e) if e.status == axum::http::StatusCode::FORBIDDEN => false,
-            Err(_) => return, // the database is away: the next check decides
+            Err(_) => return, // the database is away: replays decide until a check succeeds
         };
         if covered {
+            *self.read_checked.lock().unwrap() = Some(started);
             return;
         }
         info!(role = %self.role, pattern = %self.pattern, "read privilege revoked: disconnecting the topic's clients");
@@ -356,11 +473,20 @@ impl Topic {
         }
     }
 
-    fn classify(&self, hub: &Hub, note: &Note) -> Action {
+    /// Whether a privilege check that started at most `window` ago found the role may read the pattern.
+    fn read_checked_within(&self, window: Duration) -> bool {
+        self.read_checked.lock().unwrap().is_some_and(|at| at.elapsed() <= window)
+    }
+
+    fn classify(&self, hub: &Hub, note: &Note, fresh: Duration) -> Action {
         let worker = hub.worker_pid.load(Ordering::Relaxed);
         if worker == 0 || note.pid != worker {
             // Forged, or the worker restarted: never forwarded; a replay
             // (which also re-reads worker_pid()) decides.
+            return Action::Replay;
+        }
+        if !self.read_checked_within(fresh) {
+            // The role may have lost its read privilege: the replay, as the role, decides.
             return Action::Replay;
         }
         let Ok(payload) = serde_json::from_str::<Payload>(&note.payload) else {
@@ -379,25 +505,35 @@ impl Topic {
     }
 
     /// Replay from the tail as the topic's role, on the primary, and send
-    /// what it returns. On failure the next tick tries again.
-    async fn replay(&self, hub: &Hub) {
+    /// what it returns; how many events it sent. On failure the next tick
+    /// tries again.
+    async fn replay(&self, hub: &Hub) -> usize {
         metrics::get().replays.increment(1);
+        let mut sent = 0;
         loop {
             let tail = self.state.lock().unwrap().tail;
             let page = match hub
                 .db
-                .replay_page(Server::Primary, &self.role, &self.pattern, &Start::After(tail), hub.cfg.page_size)
+                // Pages of at most a client's byte budget: more would overflow every client anyway.
+                .replay_page_bytes(
+                    Server::Primary,
+                    &self.role,
+                    &self.pattern,
+                    &Start::After(tail),
+                    hub.cfg.page_size,
+                    hub.cfg.client_buffer_bytes,
+                )
                 .await
             {
                 Ok(page) => page,
                 Err(e) => {
                     warn!(role = %self.role, pattern = %self.pattern, error = %e.error, "replay failed; retrying at the next tick");
-                    return;
+                    return sent;
                 }
             };
             hub.note_worker_pid(page.worker_pid);
             hub.note_reader(&self.role);
-            let short = page.events.len() < hub.cfg.page_size as usize;
+            let short = !page.more;
             debug!(pattern = %self.pattern, tail, events = page.events.len(), horizon = page.horizon, "topic replay");
             if !matches!(self.selector, Selector::Exact(_)) {
                 // Streams this pattern meets for the first time: their
@@ -413,11 +549,12 @@ impl Topic {
             for event in &page.events {
                 if event.position > st.tail {
                     self.fan_out(hub, &mut st, event);
+                    sent += 1;
                 }
             }
             if short {
                 st.tail = st.tail.max(page.horizon);
-                return;
+                return sent;
             }
         }
     }

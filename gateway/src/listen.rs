@@ -3,8 +3,13 @@
 //! and after a lost connection reconnects with backoff, LISTENs again on
 //! every channel, and has every topic replay from its tail (nothing sent
 //! while it was away is lost: the replays find it).
+//!
+//! Channels are counted: each topic that uses one holds a reference, and the
+//! last one to let go UNLISTENs it (every LISTENed channel costs the server
+//! a look at each notification of the database). Requests are handled in
+//! the order they were sent, so a release never overtakes its acquire.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,10 +22,11 @@ use tracing::{info, warn};
 use crate::hub::{Hub, Note};
 use crate::metrics;
 
-/// A channel to LISTEN on; `done` once it is.
-pub struct ListenRequest {
-    pub channel: String,
-    pub done: oneshot::Sender<()>,
+pub enum ListenRequest {
+    /// Take a reference on a channel (LISTEN on it if it is the first); `done` once it is listened to.
+    Acquire { channel: String, done: oneshot::Sender<()> },
+    /// Let go of a reference taken by `Acquire` (UNLISTEN if it was the last).
+    Release { channel: String },
 }
 
 fn quote_ident(name: &str) -> String {
@@ -29,8 +35,9 @@ fn quote_ident(name: &str) -> String {
 
 /// Runs for the gateway's lifetime.
 pub async fn listener(hub: Arc<Hub>, mut requests: mpsc::UnboundedReceiver<ListenRequest>) {
-    let mut channels: HashSet<String> = HashSet::new();
-    let mut waiting: Vec<ListenRequest> = Vec::new();
+    // Channel -> the topics that hold it.
+    let mut channels: HashMap<String, usize> = HashMap::new();
+    let mut waiting: VecDeque<ListenRequest> = VecDeque::new();
     let mut backoff = Duration::from_millis(100);
     let mut connected_before = false;
     loop {
@@ -44,7 +51,7 @@ pub async fn listener(hub: Arc<Hub>, mut requests: mpsc::UnboundedReceiver<Liste
                 loop {
                     tokio::select! {
                         _ = &mut sleep => break,
-                        Some(req) = requests.recv() => waiting.push(req),
+                        Some(req) = requests.recv() => waiting.push_back(req),
                     }
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(2));
@@ -70,7 +77,7 @@ pub async fn listener(hub: Arc<Hub>, mut requests: mpsc::UnboundedReceiver<Liste
             }
         });
         let mut ok = true;
-        for channel in &channels {
+        for channel in channels.keys() {
             if let Err(e) = client.batch_execute(&format!("LISTEN {}", quote_ident(channel))).await {
                 warn!(error = %e, "LISTEN failed");
                 ok = false;
@@ -87,7 +94,7 @@ pub async fn listener(hub: Arc<Hub>, mut requests: mpsc::UnboundedReceiver<Liste
             }
             connected_before = true;
             'connected: loop {
-                let request = match waiting.pop() {
+                let request = match waiting.pop_front() {
                     Some(r) => r,
                     None => tokio::select! {
                         req = requests.recv() => match req { Some(r) => r, None => return },
@@ -100,15 +107,33 @@ pub async fn listener(hub: Arc<Hub>, mut requests: mpsc::UnboundedReceiver<Liste
                         },
                     },
                 };
-                if !channels.contains(&request.channel) {
-                    if let Err(e) = client.batch_execute(&format!("LISTEN {}", quote_ident(&request.channel))).await {
-                        warn!(error = %e, "LISTEN failed");
-                        waiting.push(request);
-                        break 'connected;
+                match request {
+                    ListenRequest::Acquire { channel, done } => {
+                        if !channels.contains_key(&channel) {
+                            if let Err(e) = client.batch_execute(&format!("LISTEN {}", quote_ident(&channel))).await {
+                                warn!(error = %e, "LISTEN failed");
+                                waiting.push_front(ListenRequest::Acquire { channel, done });
+                                break 'connected;
+                            }
+                        }
+                        *channels.entry(channel).or_insert(0) += 1;
+                        metrics::get().listen_channels.set(channels.len() as f64);
+                        let _ = done.send(());
                     }
-                    channels.insert(request.channel.clone());
+                    ListenRequest::Release { channel } => {
+                        let Some(count) = channels.get_mut(&channel) else { continue };
+                        *count -= 1;
+                        if *count == 0 {
+                            channels.remove(&channel);
+                            metrics::get().listen_channels.set(channels.len() as f64);
+                            // On failure the connection is gone, and the channel is not LISTENed again.
+                            if let Err(e) = client.batch_execute(&format!("UNLISTEN {}", quote_ident(&channel))).await {
+                                warn!(error = %e, "UNLISTEN failed");
+                                break 'connected;
+                            }
+                        }
+                    }
                 }
-                let _ = request.done.send(());
             }
         }
         hub.listening.store(false, Ordering::Relaxed);

@@ -19,6 +19,10 @@ pub struct Metrics {
     pub sse_connections: Gauge,
     pub ws_connections: Gauge,
     pub topics: Gauge,
+    pub listen_channels: Gauge,
+    pub forced_replays: Counter,
+    pub privilege_checks: Counter,
+    pub topic_limit_refusals: Counter,
     pub db_connections: Gauge,
 }
 
@@ -43,6 +47,10 @@ pub fn install() {
         sse_connections: gauge!("gateway_connections", "transport" => "sse"),
         ws_connections: gauge!("gateway_connections", "transport" => "websocket"),
         topics: gauge!("gateway_topics"),
+        listen_channels: gauge!("gateway_listen_channels"),
+        forced_replays: counter!("gateway_forced_replays_total"),
+        privilege_checks: counter!("gateway_privilege_checks_total"),
+        topic_limit_refusals: counter!("gateway_topic_limit_refusals_total"),
         db_connections: gauge!("gateway_database_connections"),
     });
 }
