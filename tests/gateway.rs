@@ -803,3 +803,196 @@ fn a_websocket_that_falls_behind_is_closed_with_4008_and_resubscribes() {
     }
     assert_exactly_once_in_order(&got, &committed, "WebSocket closed with 4008, then resubscribed");
 }
+
+/// Clients that never read, each catching up on a backlog of large events:
+/// a catch-up page is read in chunks and stops at the client's byte budget,
+/// so the gateway holds about a budget per client, not a page of 1,000
+/// events (12 MB here) per client. A client that reads gets every event once.
+#[test]
+fn catch_up_pages_stop_at_the_client_byte_budget() {
+    let _shared = shared();
+    let s = Setup::new(&["--client-buffer-bytes", "262144"]);
+    let t = token(&s.reader.name);
+    let mut owner = s.db.connect();
+    let blob = "y".repeat(40_000);
+    for batch in 0..30 {
+        let data: Vec<String> =
+            (0..10).map(|i| format!(r#"{{"batch": {batch}, "i": {i}, "blob": "{blob}"}}"#)).collect();
+        owner.execute("SELECT streams.publish_batch('pay.backlog', $1::text[]::jsonb[])", &[&data]).unwrap();
+    }
+    let committed = s.positions("pay.");
+    wait_for_horizon(&mut owner, *committed.last().unwrap());
+    let peak_before = s.gateway.memory_kb("VmHWM");
+    let stalled: Vec<Sse> = (0..8)
+        .map(|_| {
+            let raw = std::net::TcpStream::connect(("127.0.0.1", s.gateway.port)).unwrap();
+            set_receive_buffer(&raw, 4096);
+            let sse = Sse::over(raw, "/v1/streams/pay.backlog/events", Some(&t), Some(0)).unwrap();
+            assert_eq!(sse.status, 200);
+            sse
+        })
+        .collect();
+    // A reading client goes through the whole backlog, by then the stalled ones have read their first pages.
+    let mut reader = s.gateway.sse("/v1/streams/pay.backlog/events", Some(&t), Some(0));
+    let mut positions = Vec::new();
+    while positions.len() < committed.len() {
+        positions.push(reader.next(Duration::from_secs(20)).expect("the reading client catches up").id.unwrap());
+    }
+    assert_exactly_once_in_order(&positions, &committed, "catch-up in byte-bounded pages");
+    let growth_kb = s.gateway.memory_kb("VmHWM").saturating_sub(peak_before);
+    assert!(
+        growth_kb < 32 * 1024,
+        "8 stalled clients on a 12 MB backlog grew the gateway's peak memory by {growth_kb} kB"
+    );
+    drop(stalled);
+}
+
+/// Subscriptions open topics up to --max-topics, then get 503; a topic
+/// whose last client left closes and UNLISTENs its channel, which makes room.
+#[test]
+fn topics_are_bounded_and_closed_topics_unlisten() {
+    let _shared = shared();
+    let s = Setup::new(&["--max-topics", "2", "--topic-idle-ms", "100", "--poll-interval-ms", "100"]);
+    let gw = &s.gateway;
+    let mut ws = gw.ws(&token(&s.reader.name));
+    let mut expect = |ws: &mut common::gateway::Ws, kind: &str| -> Value {
+        let m = ws.next(Duration::from_secs(20)).unwrap_or_else(|| panic!("a {kind} message"));
+        assert_eq!(m["type"], kind, "{m}");
+        m
+    };
+    // Streams that do not exist: exact names are LISTENed on all the same.
+    ws.send(json!({"type": "subscribe", "stream": "pay.nothing1"}));
+    expect(&mut ws, "subscribed");
+    ws.send(json!({"type": "subscribe", "stream": "pay.nothing2"}));
+    expect(&mut ws, "subscribed");
+    assert_eq!(gw.metric("gateway_listen_channels"), 2.0);
+    ws.send(json!({"type": "subscribe", "stream": "pay.nothing3"}));
+    let m = expect(&mut ws, "error");
+    assert_eq!(m["status"], 503, "{m}");
+    assert!(m["error"].as_str().unwrap().contains("--max-topics"), "{m}");
+    ws.send(json!({"type": "unsubscribe", "stream": "pay.nothing1"}));
+    expect(&mut ws, "unsubscribed");
+    wait_until("the idle topic closed and UNLISTENed its channel", Duration::from_secs(20), || {
+        gw.metric("gateway_topics") == 1.0 && gw.metric("gateway_listen_channels") == 1.0
+    });
+    ws.send(json!({"type": "subscribe", "stream": "pay.nothing3"}));
+    expect(&mut ws, "subscribed");
+    // Another role on the same stream shares the channel; it is UNLISTENed only when both topics closed.
+    let other = s.role("other", "SELECT streams.grant('read', 'pay.*', '{r}');");
+    ws.send(json!({"type": "unsubscribe", "stream": "pay.nothing2"}));
+    expect(&mut ws, "unsubscribed");
+    let mut ws2 = gw.ws(&token(&other.name));
+    wait_until("the idle topic closed", Duration::from_secs(20), || gw.metric("gateway_topics") == 1.0);
+    ws2.send(json!({"type": "subscribe", "stream": "pay.nothing3"}));
+    expect(&mut ws2, "subscribed");
+    assert_eq!((gw.metric("gateway_topics"), gw.metric("gateway_listen_channels")), (2.0, 1.0));
+    ws.send(json!({"type": "unsubscribe", "stream": "pay.nothing3"}));
+    expect(&mut ws, "unsubscribed");
+    wait_until("one of the two topics on the channel closed", Duration::from_secs(20), || {
+        gw.metric("gateway_topics") == 1.0
+    });
+    assert_eq!(gw.metric("gateway_listen_channels"), 1.0, "the other topic still uses the channel");
+    // It still works: an event on it arrives.
+    let position = publish(&mut s.db.connect(), "pay.nothing3", r#"{"late": true}"#);
+    let m = expect(&mut ws2, "event");
+    assert_eq!(m["position"], position);
+}
+
+/// A topic whose replays come back empty polls less and less often (up to
+/// 10 s), and as soon as events come again, it is prompt again.
+#[test]
+fn idle_topics_back_off_their_safety_net_replays() {
+    let _shared = shared();
+    let s = Setup::new(&["--poll-interval-ms", "50"]);
+    let t = token(&s.reader.name);
+    let mut sse = s.gateway.sse("/v1/streams/pay.*/events", Some(&t), None);
+    assert_eq!(sse.status, 200);
+    let before = s.gateway.metric("gateway_topic_replays_total");
+    let started = Instant::now();
+    // Without backoff, 2 s at 50 ms would be 40 replays; doubling from 50 ms it is 6.
+    thread::sleep(Duration::from_secs(2));
+    let replays = s.gateway.metric("gateway_topic_replays_total") - before;
+    assert!(replays <= 10.0, "{replays} replays of an idle topic in {:?}", started.elapsed());
+    // A stream the pattern had not met: found by a replay, then live.
+    let mut owner = s.db.connect();
+    let first = publish(&mut owner, "pay.fresh", "{}");
+    assert_eq!(sse.next(Duration::from_secs(15)).expect("the new stream's event").id, Some(first));
+    let second = publish(&mut owner, "pay.fresh", "{}");
+    assert_eq!(sse.next(Duration::from_secs(5)).expect("the next event, promptly").id, Some(second));
+}
+
+/// After `streams.revoke`, a single-stream subscription forwards nothing
+/// more: a notification is forwarded without a query only while the last
+/// privilege check is younger than a poll interval; otherwise the gateway
+/// checks again, finds the revocation and disconnects the client.
+#[test]
+fn a_revoked_read_privilege_stops_live_forwarding() {
+    let _shared = shared();
+    let s = Setup::new(&["--poll-interval-ms", "200"]);
+    let fickle = s.role("fickle", "SELECT streams.grant('read', 'pay.a', '{r}');");
+    let mut owner = s.db.connect();
+    let start = publish(&mut owner, "pay.a", "{}");
+    wait_for_horizon(&mut owner, start);
+    let mut sse = s.gateway.sse("/v1/streams/pay.a/events", Some(&token(&fickle.name)), Some(start));
+    assert_eq!(sse.status, 200);
+    let granted = publish(&mut owner, "pay.a", r#"{"granted": true}"#);
+    assert_eq!(sse.next(Duration::from_secs(10)).expect("the event while granted").id, Some(granted));
+    owner.execute("SELECT streams.revoke('read', 'pay.a', $1::text::regrole)", &[&fickle.name]).unwrap();
+    // The check made for `granted` was trusted for one poll interval (200 ms); let it expire.
+    thread::sleep(Duration::from_millis(600));
+    let checks = s.gateway.metric("gateway_privilege_checks_total");
+    publish(&mut owner, "pay.a", r#"{"revoked": true}"#);
+    let after = sse.drain_until_closed(Duration::from_secs(20));
+    assert!(after.is_empty(), "nothing reaches the client after the revoke: {after:?}");
+    assert!(s.gateway.metric("gateway_privilege_checks_total") > checks, "the gateway checked again");
+    let again = s.gateway.sse("/v1/streams/pay.a/events", Some(&token(&fickle.name)), Some(granted));
+    assert_eq!(again.status, 403);
+}
+
+/// Forged notifications (from a role that may only connect) cost neither
+/// memory nor load: they are not stored, and the replays they force come at
+/// most once per poll interval. The next real event still arrives.
+#[test]
+fn forged_notifications_are_not_stored_and_force_few_replays() {
+    let _shared = shared();
+    let s = Setup::new(&[]);
+    let t = token(&s.reader.name);
+    let mut owner = s.db.connect();
+    let start = publish(&mut owner, "pay.a", "{}");
+    wait_for_horizon(&mut owner, start);
+    let mut exact = s.gateway.sse("/v1/streams/pay.a/events", Some(&t), Some(start));
+    let mut pattern = s.gateway.sse("/v1/streams/pay.*/events", Some(&t), Some(start));
+    assert_eq!((exact.status, pattern.status), (200, 200));
+    // Learn the worker's pid (a replay reads it) with one real event.
+    let real = publish(&mut owner, "pay.a", "{}");
+    assert_eq!(exact.next(Duration::from_secs(10)).unwrap().id, Some(real));
+    assert_eq!(pattern.next(Duration::from_secs(10)).unwrap().id, Some(real));
+    let peak_before = s.gateway.memory_kb("VmHWM");
+    let replays_before = s.gateway.metric("gateway_topic_replays_total");
+    let unverified = s.gateway.metric("gateway_unverified_notifications_total");
+    let started = Instant::now();
+    let mut intruder = s.db.connect_as(&s.login.name);
+    let padding = "f".repeat(7_800);
+    let forged = 20_000;
+    for _ in 0..4 {
+        intruder
+            .execute(
+                "SELECT pg_notify('pay.a', format('{\"position\": %s, \"stream\": \"pay.a\", \"prev\": 0, \"pad\": \"%s\"}', \
+                 9000000000000000000 - i, $1::text)) FROM generate_series(1, $2::int) i",
+                &[&padding, &(forged / 4)],
+            )
+            .unwrap();
+    }
+    wait_until("the gateway received the forged notifications", Duration::from_secs(60), || {
+        s.gateway.metric("gateway_unverified_notifications_total") >= unverified + forged as f64
+    });
+    let secs = started.elapsed().as_secs_f64();
+    let replays = s.gateway.metric("gateway_topic_replays_total") - replays_before;
+    let growth_kb = s.gateway.memory_kb("VmHWM").saturating_sub(peak_before);
+    // Two topics, one forced replay each per second at most (plus the one in progress).
+    assert!(replays <= 2.0 * (secs + 2.0), "{replays} replays for {forged} forged notifications in {secs:.1} s");
+    assert!(growth_kb < 32 * 1024, "{forged} forged 7.9 kB notifications grew the peak memory by {growth_kb} kB");
+    let sentinel = publish(&mut owner, "pay.a", r#"{"sentinel": true}"#);
+    assert_eq!(exact.next(Duration::from_secs(10)).unwrap().id, Some(sentinel));
+    assert_eq!(pattern.next(Duration::from_secs(10)).unwrap().id, Some(sentinel));
+}
