@@ -59,6 +59,10 @@ const PRIVILEGE_RECHECK: Duration = Duration::from_secs(10);
 const INBOX_BYTES: usize = 1024 * 1024;
 /// The longest a topic whose replays keep coming back empty waits between them.
 const MAX_POLL: Duration = Duration::from_secs(10);
+/// How far above the horizon its last replay saw a forwarded payload's
+/// position may be (far more than can be published between two replays):
+/// a payload beyond it would silence the topic, so a replay decides instead.
+const MAX_FORWARD_JUMP: i64 = 1 << 40;
 
 pub struct Hub {
     pub cfg: Config,
@@ -108,6 +112,8 @@ pub struct Topic {
 
 struct TopicState {
     tail: i64,
+    /// The horizon of the topic's latest replay (or of its start).
+    horizon: i64,
     clients: Vec<Slot>,
     /// The worker's notifications (single-stream topics only), and their bytes.
     inbox: Vec<Note>,
@@ -288,6 +294,7 @@ impl Topic {
             selector,
             state: Mutex::new(TopicState {
                 tail: 0,
+                horizon: 0,
                 clients: Vec::new(),
                 inbox: Vec::new(),
                 inbox_bytes: 0,
@@ -318,7 +325,11 @@ impl Topic {
                 return Err(e);
             }
         };
-        self.state.lock().unwrap().tail = horizon;
+        {
+            let mut st = self.state.lock().unwrap();
+            st.tail = horizon;
+            st.horizon = horizon;
+        }
         *started = true;
         self.started.store(true, Ordering::Relaxed);
         debug!(role = %self.role, pattern = %self.pattern, horizon, streams = names.len(), "topic started");
@@ -492,9 +503,15 @@ impl Topic {
         let Ok(payload) = serde_json::from_str::<Payload>(&note.payload) else {
             return Action::Replay;
         };
-        let tail = self.state.lock().unwrap().tail;
+        let (tail, horizon) = {
+            let st = self.state.lock().unwrap();
+            (st.tail, st.horizon)
+        };
         if payload.position <= tail {
             return Action::Drop;
+        }
+        if payload.position > horizon.saturating_add(MAX_FORWARD_JUMP) {
+            return Action::Replay;
         }
         match &self.selector {
             Selector::Exact(name) if name == payload.stream && payload.prev.is_some_and(|prev| prev <= tail) => {
@@ -552,6 +569,7 @@ impl Topic {
                     sent += 1;
                 }
             }
+            st.horizon = st.horizon.max(page.horizon);
             if short {
                 st.tail = st.tail.max(page.horizon);
                 return sent;
