@@ -33,6 +33,9 @@ fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// Notifications read from the connection and not yet dispatched, at most.
+const NOTES_QUEUED: usize = 256;
+
 /// Runs for the gateway's lifetime.
 pub async fn listener(hub: Arc<Hub>, mut requests: mpsc::UnboundedReceiver<ListenRequest>) {
     // Channel -> the topics that hold it.
@@ -58,13 +61,14 @@ pub async fn listener(hub: Arc<Hub>, mut requests: mpsc::UnboundedReceiver<Liste
                 continue;
             }
         };
-        let (notes_tx, mut notes) = mpsc::unbounded_channel();
+        // Bounded: a flood of notifications waits in the server's queue, not in the gateway's memory.
+        let (notes_tx, mut notes) = mpsc::channel(NOTES_QUEUED);
         let driver = tokio::spawn(async move {
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             while let Some(message) = messages.next().await {
                 match message {
                     Ok(AsyncMessage::Notification(n)) => {
-                        if notes_tx.send(n).is_err() {
+                        if notes_tx.send(n).await.is_err() {
                             break;
                         }
                     }
