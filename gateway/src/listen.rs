@@ -33,9 +33,6 @@ fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// Notifications read from the connection and not yet dispatched, at most.
-const NOTES_QUEUED: usize = 256;
-
 /// Runs for the gateway's lifetime.
 pub async fn listener(hub: Arc<Hub>, mut requests: mpsc::UnboundedReceiver<ListenRequest>) {
     // Channel -> the topics that hold it.
@@ -61,16 +58,17 @@ pub async fn listener(hub: Arc<Hub>, mut requests: mpsc::UnboundedReceiver<Liste
                 continue;
             }
         };
-        // Bounded: a flood of notifications waits in the server's queue, not in the gateway's memory.
-        let (notes_tx, mut notes) = mpsc::channel(NOTES_QUEUED);
-        let driver = tokio::spawn(async move {
+        // The connection's task hands each notification to the hub as it
+        // reads it (no queue in between: a flood waits in the server's
+        // queue, not in the gateway's memory), and keeps the connection
+        // going for the LISTEN commands below.
+        let driver_hub = hub.clone();
+        let mut driver = tokio::spawn(async move {
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             while let Some(message) = messages.next().await {
                 match message {
                     Ok(AsyncMessage::Notification(n)) => {
-                        if notes_tx.send(n).await.is_err() {
-                            break;
-                        }
+                        driver_hub.dispatch(n.channel(), Note { pid: n.process_id(), payload: n.payload().to_owned() });
                     }
                     Ok(_) => {}
                     Err(e) => {
@@ -102,13 +100,7 @@ pub async fn listener(hub: Arc<Hub>, mut requests: mpsc::UnboundedReceiver<Liste
                     Some(r) => r,
                     None => tokio::select! {
                         req = requests.recv() => match req { Some(r) => r, None => return },
-                        note = notes.recv() => match note {
-                            Some(n) => {
-                                hub.dispatch(n.channel(), Note { pid: n.process_id(), payload: n.payload().to_owned() });
-                                continue 'connected;
-                            }
-                            None => break 'connected,
-                        },
+                        _ = &mut driver => break 'connected,
                     },
                 };
                 match request {
