@@ -3,7 +3,7 @@
 //! browsers, whose EventSource and WebSocket cannot set headers), or the
 //! anonymous role when one is configured. Tokens are never logged.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::{header, HeaderMap};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
@@ -22,20 +22,53 @@ pub struct Auth {
     key: Option<DecodingKey>,
     validation: Validation,
     anonymous: Option<String>,
+    /// The gateway's own login role: a token must never name it.
+    login: Option<String>,
+}
+
+/// Who a request runs as, and until when (a token's `exp`, plus the leeway
+/// it was checked with): streams end then.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub role: String,
+    pub expires: Option<SystemTime>,
+}
+
+impl Identity {
+    /// When a stream of this identity must end, on tokio's clock.
+    pub fn deadline(&self) -> Option<tokio::time::Instant> {
+        let left = self.expires?.duration_since(SystemTime::now()).unwrap_or_default();
+        Some(tokio::time::Instant::now() + left)
+    }
+}
+
+/// Whether a role claim names a role that `set_config('role', ...)` would
+/// not switch to as asked: `none` is RESET ROLE (the gateway's own role), the
+/// SQL keywords are not role names, and `pg_*` are the server's own roles.
+fn reserved_role(role: &str) -> bool {
+    let lower = role.to_ascii_lowercase();
+    matches!(lower.as_str(), "none" | "public" | "current_user" | "current_role" | "session_user" | "user")
+        || lower.starts_with("pg_")
 }
 
 impl Auth {
-    pub fn new(secret: Option<&str>, anonymous: Option<String>) -> Auth {
+    pub fn new(secret: Option<&str>, anonymous: Option<String>, login: Option<String>) -> Auth {
         let mut validation = Validation::new(Algorithm::HS256);
-        // `exp` is checked when present; tokens for services may go without.
+        // `exp` and `nbf` are checked when present; tokens for services may go without.
         validation.required_spec_claims.clear();
         validation.validate_aud = false;
+        validation.validate_nbf = true;
         validation.leeway = 5;
-        Auth { key: secret.map(|s| DecodingKey::from_secret(s.as_bytes())), validation, anonymous }
+        Auth { key: secret.map(|s| DecodingKey::from_secret(s.as_bytes())), validation, anonymous, login }
     }
 
     /// The role of a request, or 401.
     pub fn role(&self, headers: &HeaderMap, query_token: Option<&str>) -> Result<String, ApiError> {
+        self.identity(headers, query_token).map(|id| id.role)
+    }
+
+    /// The role of a request and when its token expires, or 401.
+    pub fn identity(&self, headers: &HeaderMap, query_token: Option<&str>) -> Result<Identity, ApiError> {
         let bearer = match headers.get(header::AUTHORIZATION) {
             Some(value) => {
                 let value = value.to_str().map_err(|_| ApiError::unauthorized("malformed Authorization header"))?;
@@ -48,10 +81,11 @@ impl Auth {
             None => None,
         };
         let Some(token) = bearer.or(query_token.filter(|t| !t.is_empty())) else {
-            return self
+            let role = self
                 .anonymous
                 .clone()
-                .ok_or_else(|| ApiError::unauthorized("no token (Authorization: Bearer <JWT>)"));
+                .ok_or_else(|| ApiError::unauthorized("no token (Authorization: Bearer <JWT>)"))?;
+            return Ok(Identity { role, expires: None });
         };
         let key =
             self.key.as_ref().ok_or_else(|| ApiError::unauthorized("this gateway accepts no tokens (no secret)"))?;
@@ -61,7 +95,12 @@ impl Auth {
         if claims.role.is_empty() || claims.role.len() > 63 || claims.role.contains('\0') {
             return Err(ApiError::unauthorized("invalid token: bad role claim"));
         }
-        Ok(claims.role)
+        if reserved_role(&claims.role) || self.login.as_deref() == Some(claims.role.as_str()) {
+            return Err(ApiError::unauthorized("invalid token: the role claim names a role tokens may not use"));
+        }
+        let expires =
+            claims.exp.map(|exp| UNIX_EPOCH + Duration::from_secs(exp.saturating_add(self.validation.leeway)));
+        Ok(Identity { role: claims.role, expires })
     }
 }
 
@@ -85,7 +124,7 @@ mod tests {
 
     #[test]
     fn tokens_name_roles_and_bad_ones_are_refused() {
-        let auth = Auth::new(Some("s3cret"), None);
+        let auth = Auth::new(Some("s3cret"), None, Some("gateway".into()));
         assert_eq!(auth.role(&headers(&mint("s3cret", "app", 60)), None).unwrap(), "app");
         assert_eq!(auth.role(&HeaderMap::new(), Some(&mint("s3cret", "web", 60))).unwrap(), "web");
         assert_eq!(auth.role(&headers(&mint("other", "app", 60)), None).unwrap_err().status, 401);
@@ -96,11 +135,23 @@ mod tests {
             jsonwebtoken::encode(&Header::default(), &claims, &EncodingKey::from_secret(b"s3cret")).unwrap()
         };
         assert_eq!(auth.role(&headers(&expired), None).unwrap_err().status, 401);
+        for reserved in ["none", "NONE", "None", "public", "session_user", "pg_read_all_data", "gateway"] {
+            assert_eq!(auth.role(&headers(&mint("s3cret", reserved, 60)), None).unwrap_err().status, 401, "{reserved}");
+        }
+        let not_yet = {
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+            let claims = serde_json::json!({"role": "app", "nbf": now + 600});
+            jsonwebtoken::encode(&Header::default(), &claims, &EncodingKey::from_secret(b"s3cret")).unwrap()
+        };
+        assert_eq!(auth.role(&headers(&not_yet), None).unwrap_err().status, 401);
+        let id = auth.identity(&headers(&mint("s3cret", "app", 60)), None).unwrap();
+        let left = id.expires.unwrap().duration_since(SystemTime::now()).unwrap().as_secs();
+        assert!((60..=66).contains(&left), "{left}");
     }
 
     #[test]
     fn anonymous_role_only_without_a_token() {
-        let auth = Auth::new(Some("s3cret"), Some("anon".into()));
+        let auth = Auth::new(Some("s3cret"), Some("anon".into()), None);
         assert_eq!(auth.role(&HeaderMap::new(), None).unwrap(), "anon");
         assert_eq!(auth.role(&headers("garbage"), None).unwrap_err().status, 401);
     }

@@ -137,6 +137,9 @@ pub struct Config {
     #[arg(long, env = "LITEBASE_GATEWAY_QUERY_TIMEOUT", default_value_t = 10)]
     pub query_timeout_secs: u64,
 
+    #[command(flatten)]
+    pub limits: crate::limits::Limits,
+
     /// Log filter (tracing's EnvFilter syntax: info, debug, litebase_streams_gateway=debug, ...).
     #[arg(long, env = "LITEBASE_GATEWAY_LOG", default_value = "info")]
     pub log: String,

@@ -49,8 +49,13 @@ impl ApiError {
         serde_json::json!({"error": self.error, "sqlstate": self.sqlstate})
     }
 
+    pub fn method_not_allowed() -> ApiError {
+        ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this route")
+    }
+
     /// A database error as the API reports it: privilege 403, bad argument
-    /// 400, connection trouble 503, anything else 500.
+    /// or input past a limit of the server (a JSON body nested too deep:
+    /// 54001) 400, connection trouble 503, anything else 500.
     pub fn from_db(e: &tokio_postgres::Error) -> ApiError {
         let Some(db) = e.as_db_error() else {
             // Closed connection, I/O error, timeout: the database is not there.
@@ -59,7 +64,7 @@ impl ApiError {
         let code = db.code().code();
         let status = match code {
             "42501" => StatusCode::FORBIDDEN,
-            c if c.starts_with("22") => StatusCode::BAD_REQUEST,
+            c if c.starts_with("22") || c.starts_with("54") => StatusCode::BAD_REQUEST,
             c if c.starts_with("08") || c.starts_with("57P") || c.starts_with("53") => StatusCode::SERVICE_UNAVAILABLE,
             // statement_timeout, and a database without the extension.
             "57014" | "3F000" | "42883" | "3D000" | "25006" => StatusCode::SERVICE_UNAVAILABLE,

@@ -2,8 +2,10 @@
 //! metrics, and the JSON errors of everything else.
 
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
@@ -26,7 +28,13 @@ pub struct App {
     pub hub: Arc<Hub>,
     pub auth: Auth,
     connections: AtomicUsize,
+    /// The latest /healthz answer and when it was asked: at most one health
+    /// query a second, however many requests come (it needs no token).
+    health: tokio::sync::Mutex<Option<(Instant, Result<serde_json::Value, ApiError>)>>,
 }
+
+/// How long a /healthz answer is reused.
+const HEALTH_TTL: Duration = Duration::from_secs(1);
 
 /// The kill switch of the TCP connection a request came on (main.rs): the
 /// fan-out pulls it when the client falls behind its buffer, and the
@@ -46,13 +54,14 @@ pub struct EventsQuery {
 pub fn router(hub: Arc<Hub>, auth: Auth) -> Router {
     let max_body = hub.cfg.max_body_bytes;
     let cors = cors(hub.cfg.allow_origin.as_deref());
-    let app = Arc::new(App { hub, auth, connections: AtomicUsize::new(0) });
+    let app = Arc::new(App { hub, auth, connections: AtomicUsize::new(0), health: Default::default() });
     let router = Router::new()
         .route("/v1/streams/{pattern}/events", get(events).post(publish))
         .route("/v1/ws", get(ws::upgrade))
         .route("/healthz", get(healthz))
         .route("/metrics", get(render_metrics))
         .fallback(|| async { ApiError::not_found() })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(app);
     match cors {
@@ -130,7 +139,11 @@ pub fn start_of(
         (None, None, None) => Ok(Start::After(0)),
         (Some(a), None, None) => position(a, "after").map(Start::After),
         (None, Some(s), None) => Ok(Start::Since(s.to_owned())),
-        (None, None, Some(x)) => Ok(Start::FromTx(x.to_owned())),
+        // xid8's input takes "1'or'1" as 1: only digits reach it.
+        (None, None, Some(x)) => match x.trim().parse::<u64>() {
+            Ok(xid) => Ok(Start::FromTx(xid.to_string())),
+            Err(_) => Err(bad(format!("from_tx must be a transaction id (an unsigned integer), not {x:?}"))),
+        },
         _ => Err(bad("give at most one of after, since and from_tx".into())),
     }
 }
@@ -143,17 +156,28 @@ async fn events(
     kill: Option<axum::Extension<ConnKill>>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
-    let role = app.auth.role(&headers, q.access_token.as_deref())?;
+    let identity = app.auth.identity(&headers, q.access_token.as_deref())?;
+    let role = &identity.role;
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
     let start = start_of(last_event_id, q.after.as_deref(), q.since.as_deref(), q.from_tx.as_deref())?;
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !accept.contains("text/event-stream") {
-        return page(&app, &role, &pattern, &start, q.max_events.as_deref()).await;
+        return page(&app, role, &pattern, &start, q.max_events.as_deref()).await;
     }
-    let guard = ConnGuard::new(&app, false)?;
-    let kill = kill.map(|k| k.0 .0.clone()).unwrap_or_default();
-    let sub = Subscription::open(&app.hub, &role, &pattern, start, kill).await?;
-    let body = sse_body(sub, app.hub.cfg.heartbeat(), guard);
+    let opened = match ConnGuard::new(&app, false) {
+        Ok(guard) => {
+            let kill = kill.map(|k| k.0 .0.clone()).unwrap_or_default();
+            Subscription::open(&app.hub, role, &pattern, start, kill).await.map(|sub| (sub, guard))
+        }
+        Err(e) => Err(e),
+    };
+    let body = match opened {
+        Ok((sub, guard)) => sse_body(sub, app.hub.cfg.heartbeat(), identity.deadline(), guard),
+        // EventSource gives up for good on any status but 200: tell it to
+        // come back instead (the database may be back by then).
+        Err(e) if e.status == StatusCode::SERVICE_UNAVAILABLE => try_again_later(&e),
+        Err(e) => return Err(e),
+    };
     Ok(Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
@@ -162,20 +186,35 @@ async fn events(
         .expect("static headers are valid"))
 }
 
+/// An SSE body that only says when to reconnect (1 to 3 s, spread so that
+/// clients refused together do not all come back at once) and why, as a
+/// comment, then ends.
+fn try_again_later(e: &ApiError) -> Body {
+    let spread = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_millis();
+    let retry = 1000 + spread * 2;
+    let reason = e.json().to_string();
+    Body::from(format!("retry: {retry}\n: {reason}\n\n"))
+}
+
 /// The response body: `retry:` first, then events and `: ping` heartbeats,
 /// polled by the connection's own task (no task or queue of its own in
 /// between). The frames are the events' own (encoded once for every client)
 /// rather than axum's `Sse`, which would encode each event per client.
-fn sse_body(sub: Subscription, heartbeat: std::time::Duration, guard: ConnGuard) -> Body {
+fn sse_body(sub: Subscription, heartbeat: Duration, expires: Option<tokio::time::Instant>, guard: ConnGuard) -> Body {
     const PING: Bytes = Bytes::from_static(b": ping\n\n");
     struct State {
         sub: Subscription,
         ping: tokio::time::Interval,
         started: bool,
+        /// The token's expiry: the stream ends then (a reconnect needs a new token).
+        expires: Pin<Box<tokio::time::Sleep>>,
         _guard: ConnGuard,
     }
     let ping = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
-    let state = State { sub, ping, started: false, _guard: guard };
+    // No expiry: a deadline far enough away never to come.
+    let expires = expires.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86_400));
+    let expires = Box::pin(tokio::time::sleep_until(expires));
+    let state = State { sub, ping, started: false, expires, _guard: guard };
     let frames = futures_util::stream::unfold(state, |mut st| async move {
         if !st.started {
             st.started = true;
@@ -192,6 +231,10 @@ fn sse_body(sub: Subscription, heartbeat: std::time::Duration, guard: ConnGuard)
                 }
             },
             _ = st.ping.tick() => PING,
+            _ = st.expires.as_mut() => {
+                tracing::debug!("SSE token expired");
+                return None;
+            }
         };
         Some((Ok(frame), st))
     });
@@ -222,16 +265,30 @@ async fn page(
     let selector =
         pattern::parse(pattern).map_err(|e| ApiError { sqlstate: Some("22023".into()), ..ApiError::bad_request(e) })?;
     check_read(&app.hub, role, pattern, &selector).await?;
-    let page = app.hub.db.replay_page(Server::Reader, role, pattern, start, limit).await?;
-    let mut body = String::with_capacity(page.events.iter().map(|e| e.json.len() + 1).sum::<usize>() + 2);
+    // The database side stops reading near the byte limit (it may read a
+    // little past it); the cut here keeps the body within --max-page-bytes
+    // unless its first event alone is larger.
+    let max_bytes = cfg.limits.max_page_bytes;
+    let page = app.hub.db.replay_page_bytes(Server::Reader, role, pattern, start, limit, max_bytes).await?;
+    let mut len = 2;
+    let mut count = 0;
+    for event in &page.events {
+        if count > 0 && len + event.json.len() + 1 > max_bytes {
+            break;
+        }
+        len += event.json.len() + 1;
+        count += 1;
+    }
+    let mut body = String::with_capacity(len);
     body.push('[');
-    for (i, event) in page.events.iter().enumerate() {
+    for (i, event) in page.events[..count].iter().enumerate() {
         if i > 0 {
             body.push(',');
         }
         body.push_str(&event.json);
     }
     body.push(']');
+    drop(page);
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
@@ -259,20 +316,32 @@ async fn publish(
 }
 
 /// 200 when the database answers and (asked as a role that may read) its
-/// worker runs; 503 otherwise.
+/// worker runs; 503 otherwise. Asked at most once a second (it needs no
+/// token); the worker's pid stays out of it.
 async fn healthz(State(app): State<Arc<App>>) -> Result<Json<serde_json::Value>, ApiError> {
+    let mut cached = app.health.lock().await;
+    if let Some((at, answer)) = cached.as_ref() {
+        if at.elapsed() < HEALTH_TTL {
+            return answer.clone().map(Json);
+        }
+    }
+    let answer = health(&app).await;
+    *cached = Some((Instant::now(), answer.clone()));
+    answer.map(Json)
+}
+
+async fn health(app: &App) -> Result<serde_json::Value, ApiError> {
     let cfg = &app.hub.cfg;
     let role = cfg.health_role.clone().or(cfg.anonymous_role.clone()).or(app.hub.last_role.lock().unwrap().clone());
     let listening = app.hub.listening.load(Ordering::Relaxed);
     match (role.is_some(), app.hub.db.health(role.as_deref()).await?) {
         (true, None) => Err(ApiError::unavailable("no litebase_streams worker runs for this database")),
-        (_, pid) => Ok(Json(serde_json::json!({
+        (_, _) => Ok(serde_json::json!({
             "status": "ok",
             "database": "ok",
-            "worker_pid": pid,
             "worker": if role.is_some() { "running" } else { "unknown: no role to ask as (--health-role)" },
             "listening": listening,
-        }))),
+        })),
     }
 }
 

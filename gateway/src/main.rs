@@ -7,7 +7,8 @@
 //! per-(role, pattern) fan-out, with the no-gap invariant), listen.rs (the
 //! one LISTEN connection), subscription.rs (one client: catch-up, then live), http.rs
 //! (routes, SSE), ws.rs (WebSocket), event.rs (the wire encoding),
-//! pattern.rs (stream names and patterns), metrics.rs (Prometheus).
+//! pattern.rs (stream names and patterns), metrics.rs (Prometheus),
+//! limits.rs (what one TCP connection may hold, and for how long).
 
 mod auth;
 mod config;
@@ -16,19 +17,22 @@ mod error;
 mod event;
 mod http;
 mod hub;
+mod limits;
 mod listen;
 mod metrics;
 mod pattern;
 mod subscription;
 mod ws;
 
+use std::str::FromStr;
 use std::sync::Arc;
 
 use clap::Parser;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tower::ServiceExt;
 use tracing::{error, info, warn};
 
@@ -58,13 +62,30 @@ async fn serve(cfg: config::Config) -> Result<(), String> {
     if cfg.jwt_secret.is_none() && cfg.anonymous_role.is_none() {
         warn!("neither --jwt-secret nor --anonymous-role: every request gets 401");
     }
-    let auth = auth::Auth::new(cfg.jwt_secret.as_deref(), cfg.anonymous_role.clone());
+    if cfg.jwt_secret.as_ref().is_some_and(|s| s.len() < 32) {
+        warn!("--jwt-secret is shorter than 32 bytes: HS256 tokens signed with it can be guessed offline");
+    }
+    let login = tokio_postgres::Config::from_str(&cfg.database_url).ok().and_then(|c| c.get_user().map(str::to_owned));
+    let auth = auth::Auth::new(cfg.jwt_secret.as_deref(), cfg.anonymous_role.clone(), login);
     let db = db::Db::new(&cfg)?;
     let listen = cfg.listen;
+    let limits = cfg.limits.clone();
+    let max_tcp = limits.max_tcp_connections.min(fd_budget());
+    if max_tcp < limits.max_tcp_connections {
+        warn!(max_tcp, "--max-tcp-connections lowered to what the file descriptor limit allows");
+    }
     let hub = hub::Hub::start(cfg, db);
     let app = http::router(hub, auth);
     let listener = TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     info!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
+    // Every TCP connection holds a permit while it lives: idle and
+    // half-sent ones too, which --max-connections (SSE and WebSocket) does not count.
+    let permits = Arc::new(Semaphore::new(max_tcp));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        // Also the idle time allowed between requests on a kept-alive connection.
+        .header_read_timeout(limits.header_timeout())
+        .max_buf_size(limits::MAX_HEAD_BYTES);
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
@@ -83,9 +104,16 @@ async fn serve(cfg: config::Config) -> Result<(), String> {
                 return Ok(());
             }
         };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tokio::spawn(refuse(socket));
+            continue;
+        };
         let _ = socket.set_nodelay(true);
         let app = app.clone();
+        let http = http.clone();
+        let write_timeout = limits.write_timeout();
         tokio::spawn(async move {
+            let _permit = permit;
             // The connection's kill switch: pulled when its client falls
             // behind, it drops the connection even while writes are blocked.
             let kill = Arc::new(Notify::new());
@@ -95,9 +123,9 @@ async fn serve(cfg: config::Config) -> Result<(), String> {
                 request
             });
             let fd = std::os::fd::AsRawFd::as_raw_fd(&socket);
-            let connection = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(socket), TowerToHyperService::new(service))
-                .with_upgrades();
+            let socket = limits::WriteTimeout::new(socket, write_timeout);
+            let connection =
+                http.serve_connection(TokioIo::new(socket), TowerToHyperService::new(service)).with_upgrades();
             tokio::pin!(connection);
             tokio::select! {
                 _ = &mut connection => {}
@@ -110,6 +138,18 @@ async fn serve(cfg: config::Config) -> Result<(), String> {
             }
         });
     }
+}
+
+/// A connection over --max-tcp-connections: 503 if it can be written at
+/// once, then closed.
+async fn refuse(mut socket: tokio::net::TcpStream) {
+    const BODY: &str = r#"{"error":"too many connections (--max-tcp-connections)","sqlstate":null}"#;
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), socket.write_all(response.as_bytes())).await;
 }
 
 async fn shutdown_signal() {
@@ -134,6 +174,17 @@ fn reset_on_close(fd: std::os::fd::RawFd) {
             std::mem::size_of::<libc::linger>() as libc::socklen_t,
         );
     }
+}
+
+/// TCP connections the file descriptor limit leaves room for, besides the
+/// database connections, the log and the listener.
+fn fd_budget() -> usize {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit only writes the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return usize::MAX;
+    }
+    (limit.rlim_cur as usize).saturating_sub(256).max(16)
 }
 
 /// As many file descriptors as the hard limit allows: one per client.

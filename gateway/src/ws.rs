@@ -9,7 +9,8 @@
 //! `{"type":"error","stream":…,"status":…,"error":…,"sqlstate":…}`.
 //! A client that falls behind its buffer is closed with code 4008 (the
 //! reason says so): reconnect and subscribe again with `after` = the last
-//! position received.
+//! position received. When the token expires the socket is closed with code
+//! 4001: reconnect with a new token.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,12 +26,15 @@ use serde::Deserialize;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
+use crate::auth::Identity;
 use crate::error::ApiError;
 use crate::http::{start_of, App, ConnGuard, EventsQuery};
 use crate::subscription::{End, Subscription};
 
 /// Close code for a client that fell behind (4000-4999 are the application's).
 pub const CLOSE_TOO_SLOW: u16 = 4008;
+/// Close code when the connection's token expires.
+pub const CLOSE_TOKEN_EXPIRED: u16 = 4001;
 /// Messages queued for one WebSocket before its subscriptions wait.
 const OUT_QUEUE: usize = 64;
 /// Subscriptions one WebSocket may hold at once.
@@ -53,10 +57,10 @@ pub async fn upgrade(
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     let q = q.map(|Query(q)| q).map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))?;
-    let role = app.auth.role(&headers, q.access_token.as_deref())?;
+    let identity = app.auth.identity(&headers, q.access_token.as_deref())?;
     let guard = ConnGuard::new(&app, true)?;
     let max = app.hub.cfg.max_ws_message_bytes;
-    Ok(ws.max_message_size(max).max_frame_size(max).on_upgrade(move |socket| serve(app, role, socket, guard)))
+    Ok(ws.max_message_size(max).max_frame_size(max).on_upgrade(move |socket| serve(app, identity, socket, guard)))
 }
 
 fn text(value: serde_json::Value) -> Message {
@@ -77,19 +81,32 @@ fn json_text(value: &serde_json::Value) -> Option<String> {
     }
 }
 
-async fn serve(app: Arc<App>, role: String, socket: WebSocket, _guard: ConnGuard) {
+/// Why a WebSocket is closed by the gateway.
+enum Close {
+    Client,
+    TooSlow,
+    Expired,
+}
+
+async fn serve(app: Arc<App>, identity: Identity, socket: WebSocket, _guard: ConnGuard) {
+    let role = identity.role.clone();
+    // No expiry: a deadline far enough away never to come.
+    let expires =
+        identity.deadline().unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86_400));
+    let expiry = tokio::time::sleep_until(expires);
+    tokio::pin!(expiry);
     let (mut sink, mut incoming) = socket.split();
     let (out, mut queue) = mpsc::channel::<Message>(OUT_QUEUE);
     let kill = Arc::new(Notify::new());
     let mut subscriptions: HashMap<String, JoinHandle<()>> = HashMap::new();
     let heartbeat = app.hub.cfg.heartbeat();
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
-    let too_slow = loop {
+    let close = loop {
         tokio::select! {
             message = incoming.next() => {
                 let text = match message {
                     Some(Ok(Message::Text(t))) => t,
-                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break false,
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break Close::Client,
                     Some(Ok(Message::Binary(_))) => {
                         let _ = out.try_send(error(None, &ApiError::bad_request("send JSON text messages")));
                         continue;
@@ -100,28 +117,36 @@ async fn serve(app: Arc<App>, role: String, socket: WebSocket, _guard: ConnGuard
             }
             Some(message) = queue.recv() => {
                 tokio::select! {
-                    sent = sink.send(message) => if sent.is_err() { break false },
-                    _ = kill.notified() => break true,
+                    sent = sink.send(message) => if sent.is_err() { break Close::Client },
+                    _ = kill.notified() => break Close::TooSlow,
                 }
             }
             _ = ping.tick() => {
-                if sink.send(Message::Ping(Default::default())).await.is_err() {
-                    break false;
+                // A client that stops reading fails this write after
+                // --write-timeout (limits.rs); the kill switch is heard meanwhile.
+                tokio::select! {
+                    sent = sink.send(Message::Ping(Default::default())) => if sent.is_err() { break Close::Client },
+                    _ = kill.notified() => break Close::TooSlow,
                 }
             }
-            _ = kill.notified() => break true,
+            _ = kill.notified() => break Close::TooSlow,
+            _ = &mut expiry => break Close::Expired,
         }
     };
     for (_, task) in subscriptions.drain() {
         task.abort();
     }
-    if too_slow {
-        let frame = CloseFrame {
+    let frame = match close {
+        Close::Client => return,
+        Close::TooSlow => CloseFrame {
             code: CLOSE_TOO_SLOW,
             reason: "too slow: buffer full; reconnect and subscribe with after = your last position".into(),
-        };
-        let _ = tokio::time::timeout(Duration::from_secs(1), sink.send(Message::Close(Some(frame)))).await;
-    }
+        },
+        Close::Expired => {
+            CloseFrame { code: CLOSE_TOKEN_EXPIRED, reason: "token expired: reconnect with a new one".into() }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), sink.send(Message::Close(Some(frame)))).await;
 }
 
 fn handle(
