@@ -115,18 +115,6 @@ impl Db {
         self.primary.status().size + self.replica.as_ref().map_or(0, |p| p.status().size)
     }
 
-    /// One replay page as `role`, with the horizon of the same snapshot.
-    pub async fn replay_page(
-        &self,
-        server: Server,
-        role: &str,
-        pattern: &str,
-        start: &Start,
-        limit: i32,
-    ) -> Result<Page, ApiError> {
-        self.replay_page_bytes(server, role, pattern, start, limit, usize::MAX).await
-    }
-
     /// One replay page as `role` of at most `limit` events and about
     /// `max_bytes` bytes (each event counted by its SSE frame): it stops once
     /// the events read reach `max_bytes`, so one event larger than that comes
