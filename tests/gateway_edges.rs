@@ -2,7 +2,8 @@
 //! a token, or with a token it should not have, can make it hold or do.
 //! Slow and oversized headers, idle and surplus TCP connections, clients
 //! that stop reading, SSE during an outage, reserved roles, token expiry and
-//! nbf, junk positions, JSON nested too deep, 405, /healthz, page bytes.
+//! nbf, junk positions, JSON nested too deep, 405, /healthz, page bytes,
+//! publish bodies that trickle.
 
 mod common;
 
@@ -326,6 +327,29 @@ fn junk_positions_deep_json_and_wrong_methods_get_json_errors() {
         assert_eq!(status, 405, "{method} {path}");
         assert!(json(&body)["error"].as_str().unwrap().contains("method"), "{method} {path}: {body}");
     }
+}
+
+#[test]
+fn a_publish_body_that_trickles_gets_408_and_one_without_a_token_is_never_read() {
+    let s = Setup::new(&["--body-timeout-secs", "1"]);
+    let auth = format!("Bearer {}", token(&s.reader.name));
+    let mut slow = TcpStream::connect(("127.0.0.1", s.gateway.port)).unwrap();
+    let head = format!(
+        "POST /v1/streams/pay.slow/events HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nContent-Length: 100\r\n\r\n{{"
+    );
+    slow.write_all(head.as_bytes()).unwrap();
+    let answer = read_until_closed(&mut slow, Duration::from_secs(10));
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    assert!(answer.contains("did not arrive in time"), "{answer:?}");
+    // No token: 401 at once, whatever body is announced.
+    let mut anonymous = TcpStream::connect(("127.0.0.1", s.gateway.port)).unwrap();
+    anonymous
+        .write_all(b"POST /v1/streams/pay.x/events HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n{")
+        .unwrap();
+    let mut status = [0u8; 12];
+    anonymous.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    anonymous.read_exact(&mut status).unwrap();
+    assert_eq!(&status, b"HTTP/1.1 401");
 }
 
 #[test]

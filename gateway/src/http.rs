@@ -297,11 +297,12 @@ async fn publish(
     Path(stream): Path<String>,
     headers: HeaderMap,
     q: Result<Query<EventsQuery>, QueryRejection>,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+    body: Body,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
-    let body = body.map_err(|e| ApiError::new(e.status(), format!("bad body: {}", e.body_text())))?;
     let q = query(q)?;
+    // The token first: a client without one never gets a body buffered.
     let role = app.auth.role(&headers, q.access_token.as_deref())?;
+    let body = read_body(&app, body).await?;
     pattern::validate_stream_name(&stream)
         .map_err(|e| ApiError { sqlstate: Some("22023".into()), ..ApiError::bad_request(e) })?;
     let text = std::str::from_utf8(&body).map_err(|_| ApiError::bad_request("the body is not UTF-8"))?;
@@ -313,6 +314,30 @@ async fn publish(
     }
     let position = app.hub.db.publish(&role, &stream, text).await?;
     Ok((StatusCode::CREATED, Json(serde_json::json!({ "position": position }))))
+}
+
+/// A request body of at most --max-body-bytes (413) that must arrive
+/// within --body-timeout-secs (408): a body sent a byte at a time holds
+/// its buffer no longer than that.
+async fn read_body(app: &App, body: Body) -> Result<Bytes, ApiError> {
+    let cfg = &app.hub.cfg;
+    match tokio::time::timeout(cfg.limits.body_timeout(), axum::body::to_bytes(body, cfg.max_body_bytes)).await {
+        Err(_) => Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time")),
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.downcast_ref::<http_body_util::LengthLimitError>().is_some())
+                || e.to_string().contains("length limit");
+            if too_large {
+                Err(ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("the body is larger than {} bytes (--max-body-bytes)", cfg.max_body_bytes),
+                ))
+            } else {
+                Err(ApiError::bad_request(format!("bad body: {e}")))
+            }
+        }
+    }
 }
 
 /// 200 when the database answers and (asked as a role that may read) its

@@ -26,6 +26,10 @@ pub struct Limits {
     #[arg(long, env = "LITEBASE_GATEWAY_HEADER_TIMEOUT", default_value_t = 10)]
     pub header_timeout_secs: u64,
 
+    /// Seconds a client has to send a request's body (publish), once its token is accepted; more gets 408.
+    #[arg(long, env = "LITEBASE_GATEWAY_BODY_TIMEOUT", default_value_t = 30)]
+    pub body_timeout_secs: u64,
+
     /// Seconds a write to a client may make no progress (a client that stops reading) before its connection
     /// is closed.
     #[arg(long, env = "LITEBASE_GATEWAY_WRITE_TIMEOUT", default_value_t = 30)]
@@ -43,6 +47,10 @@ pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 impl Limits {
     pub fn header_timeout(&self) -> Duration {
         Duration::from_secs(self.header_timeout_secs.max(1))
+    }
+
+    pub fn body_timeout(&self) -> Duration {
+        Duration::from_secs(self.body_timeout_secs.max(1))
     }
 
     pub fn write_timeout(&self) -> Duration {
