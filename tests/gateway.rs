@@ -860,7 +860,7 @@ fn topics_are_bounded_and_closed_topics_unlisten() {
     let s = Setup::new(&["--max-topics", "2", "--topic-idle-ms", "100", "--poll-interval-ms", "100"]);
     let gw = &s.gateway;
     let mut ws = gw.ws(&token(&s.reader.name));
-    let mut expect = |ws: &mut common::gateway::Ws, kind: &str| -> Value {
+    let expect = |ws: &mut common::gateway::Ws, kind: &str| -> Value {
         let m = ws.next(Duration::from_secs(20)).unwrap_or_else(|| panic!("a {kind} message"));
         assert_eq!(m["type"], kind, "{m}");
         m
