@@ -59,6 +59,20 @@ pub enum StreamSelector {
     All,
 }
 
+impl StreamSelector {
+    /// The SQL condition selecting these streams on `column`, with the
+    /// values as parameters `$n` (and `$n+1`): `AND ...`, or nothing for `*`.
+    pub fn sql_condition(&self, column: &str, n: usize) -> (String, Vec<&str>) {
+        match self {
+            StreamSelector::Exact(name) => (format!("AND {column} = ${n}"), vec![name.as_str()]),
+            StreamSelector::Prefix { prefix, upper } => {
+                (format!("AND {column} >= ${n} AND {column} < ${}", n + 1), vec![prefix.as_str(), upper.as_str()])
+            }
+            StreamSelector::All => (String::new(), vec![]),
+        }
+    }
+}
+
 /// Parse `name`, `prefix*` or `*`.
 pub fn parse_stream_selector(pattern: &str) -> Result<StreamSelector, StreamsError> {
     let Some(prefix) = pattern.strip_suffix('*') else {
@@ -307,6 +321,18 @@ mod tests {
             payload,
             r#"{"position":7,"stream":"payment.success","time":"2023-11-14T22:13:20.000001Z","tx":812,"prev":3,"data":{"amount":49.00,"order_id":"ord_123"}}"#
         );
+    }
+
+    #[test]
+    fn selectors_become_sql_conditions_with_numbered_parameters() {
+        let exact = parse_stream_selector("orders").unwrap();
+        assert_eq!(exact.sql_condition("e.stream", 4), ("AND e.stream = $4".to_owned(), vec!["orders"]));
+        let prefix = parse_stream_selector("pay.*").unwrap();
+        let (sql, values) = prefix.sql_condition("e.stream", 5);
+        assert_eq!(sql, "AND e.stream >= $5 AND e.stream < $6");
+        assert_eq!(values.len(), 2);
+        assert_eq!(values[0], "pay.");
+        assert_eq!(parse_stream_selector("*").unwrap().sql_condition("e.stream", 3), (String::new(), vec![]));
     }
 
     #[test]

@@ -474,21 +474,14 @@ fn events_query<'a>(
     limit: i64,
     extra: &str,
 ) -> (String, Vec<DatumWithOid<'a>>) {
-    let (filter, first, second) = match &sub.selector {
-        StreamSelector::Exact(name) => ("AND e.stream = $5", Some(name.as_str()), None),
-        StreamSelector::Prefix { prefix, upper } => {
-            ("AND e.stream >= $5 AND e.stream < $6", Some(prefix.as_str()), Some(upper.as_str()))
-        }
-        StreamSelector::All => ("", None, None),
-    };
+    let (filter, values) = sub.selector.sql_condition("e.stream", 5);
     let sql = format!(
         "SELECT e.position FROM streams.event_log e
          WHERE e.position > $1 AND e.position <= $2 {filter} {extra}
          ORDER BY e.position LIMIT $3"
     );
     let mut args: Vec<DatumWithOid> = vec![after.into(), upto.into(), limit.into(), sub.id.into()];
-    args.extend(first.map(DatumWithOid::from));
-    args.extend(second.map(DatumWithOid::from));
+    args.extend(values.into_iter().map(DatumWithOid::from));
     (sql, args)
 }
 

@@ -654,13 +654,13 @@ fn plan_request(
     selector: &StreamSelector,
     upto: i64,
 ) -> SpiResult<Option<(i64, i64)>> {
-    let (filter, mut args) = selector_filter(selector, 4);
+    let (filter, values) = selector.sql_condition("e.stream", 4);
     let sql = format!(
         "SELECT e.position, e.data FROM streams.event_log e
          WHERE e.position > $1 AND e.position <= $2 {filter} ORDER BY e.position LIMIT $3"
     );
     let mut all: Vec<DatumWithOid> = vec![webhook.position.into(), upto.into(), webhook.batch.into()];
-    all.append(&mut args);
+    all.extend(values.into_iter().map(DatumWithOid::from));
     let (mut last, mut bytes) = (None, 0i64);
     let mut rows = exec(client, &sql, None, &all)?;
     while let Some(row) = rows.next() {
@@ -685,7 +685,7 @@ fn events_between<'conn>(
     after: i64,
     last: i64,
 ) -> SpiResult<pgrx::spi::SpiTupleTable<'conn>> {
-    let (filter, mut args) = selector_filter(selector, 3);
+    let (filter, values) = selector.sql_condition("e.stream", 3);
     let sql = format!(
         "SELECT e.position, e.stream::text, e.time, e.tx::text::bigint,
                 coalesce((SELECT p.position FROM streams.event_log p
@@ -696,21 +696,8 @@ fn events_between<'conn>(
          WHERE e.position > $1 AND e.position <= $2 {filter} ORDER BY e.position"
     );
     let mut all: Vec<DatumWithOid> = vec![after.into(), last.into()];
-    all.append(&mut args);
+    all.extend(values.into_iter().map(DatumWithOid::from));
     exec(client, &sql, None, &all)
-}
-
-/// The stream condition of a pattern on `e.stream`, as parameters `$n`
-/// (and `$n+1`), and their values.
-fn selector_filter(selector: &StreamSelector, n: usize) -> (String, Vec<DatumWithOid<'_>>) {
-    match selector {
-        StreamSelector::Exact(name) => (format!("AND e.stream = ${n}"), vec![name.as_str().into()]),
-        StreamSelector::Prefix { prefix, upper } => (
-            format!("AND e.stream >= ${n} AND e.stream < ${}", n + 1),
-            vec![prefix.as_str().into(), upper.as_str().into()],
-        ),
-        StreamSelector::All => (String::new(), vec![]),
-    }
 }
 
 thread_local! {
