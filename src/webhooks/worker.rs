@@ -132,6 +132,11 @@ pub extern "C-unwind" fn litebase_streams_webhook_worker_main(arg: pg_sys::Datum
     let db = pg_sys::Oid::from(arg.value() as u32);
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(db), None);
+    // A reload signalled between the fork and the handler above was ignored:
+    // read the configuration once now (a narrowed webhook_allowed_hosts must
+    // not be missed).
+    // SAFETY: outside any transaction, as every backend reloads on SIGHUP.
+    unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
     if !in_transaction(extension_installed) {
         return;
     }
