@@ -377,30 +377,30 @@ class Bench:
                     latency_ms=float(lat.group(1)) if lat else None, cpu=cpu)
 
     def storage(self, c, plain_table):
-        c.execute(f"VACUUM (ANALYZE) streams.event_log, streams.transactions, "
+        c.execute(f"VACUUM (ANALYZE) streams.event_log, streams.commit_times, "
                   f"streams.horizon_state, {plain_table}")
         q = c.execute(f"""
             SELECT pg_total_relation_size('streams.event_log'),
                    pg_relation_size('streams.event_log'),
                    pg_indexes_size('streams.event_log'),
-                   pg_total_relation_size('streams.transactions'),
+                   pg_total_relation_size('streams.commit_times'),
                    pg_total_relation_size('streams.horizon_state'),
                    (SELECT count(*) FROM streams.event_log),
-                   (SELECT count(*) FROM streams.transactions),
+                   (SELECT count(*) FROM streams.commit_times),
                    pg_total_relation_size('{plain_table}'),
                    pg_relation_size('{plain_table}'),
                    pg_indexes_size('{plain_table}'),
                    (SELECT count(*) FROM {plain_table}),
                    (SELECT count(*) FROM pg_index WHERE indrelid = 'streams.event_log'::regclass),
                    (SELECT count(*) FROM pg_index WHERE indrelid = '{plain_table}'::regclass)""").fetchone()
-        (log_total, log_heap, log_idx, tx_total, hz_total, events, txs,
+        (log_total, log_heap, log_idx, times_total, hz_total, events, time_rows,
          plain_total, plain_heap, plain_idx, plain_rows, log_nidx, plain_nidx) = q
-        ours = log_total + tx_total + hz_total
+        ours = log_total + times_total + hz_total
         return dict(
-            events=events, transactions=txs, plain_rows=plain_rows,
+            events=events, commit_time_rows=time_rows, plain_rows=plain_rows,
             event_log_total=log_total, event_log_heap=log_heap, event_log_indexes=log_idx,
             event_log_index_count=log_nidx, plain_index_count=plain_nidx,
-            transactions_total=tx_total, horizon_state_total=hz_total,
+            commit_times_total=times_total, horizon_state_total=hz_total,
             plain_total=plain_total, plain_heap=plain_heap, plain_indexes=plain_idx,
             ours_per_event=ours / events, plain_per_row=plain_total / plain_rows,
             ratio=(ours / events) / (plain_total / plain_rows))

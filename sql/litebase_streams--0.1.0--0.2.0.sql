@@ -91,18 +91,83 @@ STRICT VOLATILE SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c AS 'MODULE_PATHNAME', '_worker_status_wrapper';
 
--- Storage. Eras (see streams.sql): every row of 0.1.0 is of era 0 and has its
--- exact commit time, and the log was written by this cluster.
+-- Storage. Eras (see streams.sql): the log of 0.1.0 was written by this
+-- cluster.
 ALTER TABLE streams.horizon_state ADD COLUMN delivered bigint,
     ADD COLUMN system_identifier bigint, ADD COLUMN era_bounds bigint[];
 UPDATE streams.horizon_state SET system_identifier = (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s);
-ALTER TABLE streams.transactions ADD COLUMN era integer NOT NULL DEFAULT 0,
-    ADD COLUMN time_exact boolean NOT NULL DEFAULT true;
-ALTER TABLE streams.transactions DROP CONSTRAINT transactions_pkey;
-ALTER TABLE streams.transactions ADD PRIMARY KEY (tx, era);
 -- The worker summarises new BRIN ranges itself (see streams.sql).
 ALTER INDEX streams.event_log_tx SET (autosummarize = off);
-ALTER INDEX streams.transactions_committed_at SET (autosummarize = off);
+
+-- The commit time of every final event, by position: one row per stretch of
+-- positions (a worker round, later merged into rows of up to 4,096
+-- positions), written by the worker in the transaction that moves the
+-- horizon past them. `times[i]` is the commit time of the event at
+-- `first_position + i - 1` (null: no event has that position). Keyed by
+-- position, not by transaction id: a replay reads the log in position order
+-- and finds each event's time in the row it already holds (see
+-- streams._commit_time), and transaction ids repeated by a restore into
+-- another cluster cannot mix up two transactions' times.
+-- `last_time`: the latest time in the row (replay(since => ..) starts at the
+-- first row that reaches it). `inexact`: the positions whose commit time was
+-- gone before the worker recorded it (commit timestamps truncated by VACUUM
+-- FREEZE while no worker ran, or an event restored from a dump taken before
+-- it was recorded); their time is when the worker recorded them, a bound the
+-- commit came before.
+CREATE TABLE streams.commit_times (
+    first_position bigint PRIMARY KEY,
+    times          timestamptz[] NOT NULL,
+    last_time      timestamptz NOT NULL,
+    inexact        bigint[]
+);
+CREATE INDEX commit_times_last_time ON streams.commit_times (last_time);
+SELECT pg_catalog.pg_extension_config_dump('streams.commit_times', '');
+-- Every final event of 0.1.0 has its transaction's exact commit time in
+-- streams.transactions (dropped below): copied by position, in rows of
+-- 4,096 positions (the worker merges rows to that size too).
+INSERT INTO streams.commit_times (first_position, times, last_time)
+SELECT r.first_position,
+       ARRAY(SELECT t.committed_at
+             FROM pg_catalog.generate_series(r.first_position, r.last_position) AS g(p)
+             LEFT JOIN streams.event_log e ON e.position = g.p
+             LEFT JOIN streams.transactions t ON t.tx = e.tx
+             ORDER BY g.p),
+       r.last_time
+FROM (
+    SELECT pg_catalog.min(e.position) AS first_position, pg_catalog.max(e.position) AS last_position,
+           pg_catalog.max(t.committed_at) AS last_time
+    FROM streams.event_log e
+    JOIN streams.transactions t ON t.tx = e.tx
+    WHERE e.position <= coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)
+    GROUP BY (e.position - 1) / 4096
+) r;
+
+-- Commit times change for nobody either. Only the database's worker deletes
+-- rows: when it merges short rows into one (the times stay the same).
+CREATE FUNCTION streams._refuse_commit_time_change() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'DELETE' AND pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.=) streams.worker_pid() THEN
+        RETURN NULL;
+    END IF;
+    RAISE EXCEPTION 'streams: stored events are immutable; % on %.% is not allowed',
+        TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME
+        USING ERRCODE = 'object_not_in_prerequisite_state',
+              HINT = 'Publish a new event that corrects or supersedes the old one.';
+END
+$$;
+COMMENT ON FUNCTION streams._refuse_commit_time_change() IS 'Trigger: refuses UPDATE, DELETE and TRUNCATE of commit times, but the worker''s merging of rows.';
+CREATE TRIGGER commit_times_immutable BEFORE UPDATE OR DELETE OR TRUNCATE ON streams.commit_times
+    FOR EACH STATEMENT EXECUTE FUNCTION streams._refuse_commit_time_change();
+ALTER TABLE streams.commit_times ENABLE ALWAYS TRIGGER commit_times_immutable;
+
+-- streams._commit_time(position) -> timestamptz
+-- The commit time of the event at `position`, from streams.commit_times as
+-- the caller reads it (src/replay.rs); null before the worker recorded it.
+-- Keeps the row it last read for the rest of the query.
+CREATE FUNCTION streams._commit_time("position" bigint) RETURNS timestamptz
+LANGUAGE c STABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'litebase_streams_commit_time';
+COMMENT ON FUNCTION streams._commit_time(bigint) IS 'Internal: the commit time of the event at a position (streams.events reads it).';
 
 CREATE OR REPLACE FUNCTION streams._replay_check(after bigint, since timestamptz, from_tx xid8) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE AS $$
@@ -240,25 +305,42 @@ $$;
 COMMENT ON FUNCTION streams._newest_position() IS 'Internal: the newest allocated position, final or not.';
 
 CREATE OR REPLACE VIEW streams.events WITH (security_invoker = true) AS
-SELECT e.position, e.stream, t.committed_at AS "time", e.tx, e.data
+SELECT e.position, e.stream, streams._commit_time(e.position) AS "time", e.tx, e.data
 FROM streams.event_log e
-LEFT JOIN streams.transactions t
-    ON t.tx = e.tx AND t.era = streams._era(e.position, (SELECT h.era_bounds FROM streams.horizon_state h))
 WHERE (e.position > coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)) IS NOT TRUE;
 
 CREATE OR REPLACE FUNCTION streams._replay_start(since timestamptz, from_tx xid8) RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT CASE
         WHEN since IS NOT NULL THEN
-            -- The first final event committed at or after `since`; replay's time
-            -- filter drops earlier commits that sit later on the timeline.
-            (SELECT min(t.first_position) - 1 FROM streams.transactions t WHERE t.committed_at >= since)
-        -- A transaction id used again after a restore into another cluster
-        -- names its newest transaction.
-        ELSE (SELECT t.first_position - 1 FROM streams.transactions t WHERE t.tx = from_tx
-              ORDER BY t.era DESC LIMIT 1)
+            -- The first final event committed at or after `since`: in the first
+            -- row of commit times (by position) that reaches `since`, since no
+            -- earlier row does. Replay's time filter drops earlier commits that
+            -- sit later on the timeline.
+            (SELECT min(c.first_position + u.o - 1) - 1
+             FROM (SELECT c.first_position, c.times FROM streams.commit_times c
+                   WHERE c.last_time >= since ORDER BY c.first_position LIMIT 1) c
+             CROSS JOIN LATERAL unnest(c.times) WITH ORDINALITY AS u(t, o)
+             WHERE u.t >= since)
+        -- The transaction's first final event. A transaction id used again
+        -- after a restore into another cluster names its newest transaction:
+        -- the one of the era of the id's last event.
+        ELSE (WITH hit AS (
+                  SELECT e.position FROM streams.event_log e
+                  WHERE e.tx = from_tx
+                    AND e.position <= coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)),
+              bounds AS (SELECT (SELECT h.era_bounds FROM streams.horizon_state h) AS b)
+              SELECT min(hit.position) - 1 FROM hit, bounds
+              WHERE streams._era(hit.position, bounds.b)
+                    = (SELECT streams._era(max(hit.position), bounds.b) FROM hit))
     END
 $$;
+
+-- Nothing reads the transactions' table any more. Leaving the extension
+-- first takes it off the list of tables pg_dump dumps (a plain DROP would
+-- leave its OID there).
+ALTER EXTENSION litebase_streams DROP TABLE streams.transactions;
+DROP TABLE streams.transactions;
 
 CREATE OR REPLACE FUNCTION streams.replay(
     stream     text        DEFAULT NULL,
@@ -279,10 +361,8 @@ LANGUAGE sql STABLE AS $$
       AND (streams._stream_prefix_low(replay.stream) IS NULL
            OR (e.stream >= streams._stream_prefix_low(replay.stream)
                AND e.stream < streams._stream_prefix_high(replay.stream)))
-      -- coalesce: a test the planner cannot push into streams.transactions.
-      -- Pushed down, it turned "the first 100 events since T" into a join of
-      -- every event after T with the transactions committed after T.
-      AND (replay.since IS NULL OR coalesce(e."time", 'infinity') >= replay.since)
+      -- Later commits than `since` only (the start position is the first one).
+      AND (replay.since IS NULL OR e."time" >= replay.since)
     ORDER BY e.position
     LIMIT streams._replay_limit(replay.max_events)
 $$;
@@ -343,7 +423,7 @@ LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     objects text[] := CASE privilege
         WHEN 'read' THEN ARRAY[
-            'SELECT ON streams.events, streams.event_log, streams.transactions, streams.horizon_state',
+            'SELECT ON streams.events, streams.event_log, streams.commit_times, streams.horizon_state',
             'EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
                  streams.horizon(), streams.wait(bigint, interval), streams.worker_pid(), streams.log_id(),
                  streams._replay_start(timestamptz, xid8)']
@@ -458,10 +538,12 @@ COMMENT ON VIEW streams.status IS 'Horizon, newest position, worker state and la
 
 -- Descriptions of what the sections above do not comment on already.
 COMMENT ON TABLE streams.event_log IS 'Every event ever published, final or not; read streams.events instead.';
-COMMENT ON TABLE streams.transactions IS 'One row per publishing transaction: its commit time and first position.';
 COMMENT ON TABLE streams.horizon_state IS 'The persisted horizon and the last notified position (one row, written by the worker).';
-COMMENT ON COLUMN streams.transactions.era IS 'Which era of the log the transaction belongs to: a restore into another cluster starts a new one.';
-COMMENT ON COLUMN streams.transactions.time_exact IS 'False when the commit time was lost before it was recorded: committed_at is then when the worker recorded it.';
+COMMENT ON TABLE streams.commit_times IS 'The commit time of every final event, by position (read streams.events instead).';
+COMMENT ON COLUMN streams.commit_times.times IS 'times[i]: the commit time of the event at first_position + i - 1 (null: no event there).';
+COMMENT ON COLUMN streams.commit_times.last_time IS 'The latest commit time in the row.';
+COMMENT ON COLUMN streams.commit_times.inexact IS 'Positions whose commit time was lost before it was recorded: their time is when the worker recorded them.';
+COMMENT ON TABLE streams.horizon_state IS 'The persisted horizon and the last notified position (one row, written by the worker).';
 COMMENT ON COLUMN streams.horizon_state.system_identifier IS 'The cluster that last wrote this row (pg_control_system()).';
 COMMENT ON COLUMN streams.horizon_state.era_bounds IS 'Positions after which a new era of transaction ids begins (one per restore into another cluster).';
 COMMENT ON FUNCTION streams._era(bigint, bigint[]) IS 'Internal: the era of the log a position belongs to.';
@@ -655,7 +737,10 @@ FROM streams.subscription_state s
 CROSS JOIN LATERAL (SELECT coalesce((SELECT hs.horizon FROM streams.horizon_state hs), 0) AS horizon) h
 LEFT JOIN LATERAL (
     SELECT e.position,
-           (SELECT t.committed_at FROM streams.transactions t WHERE t.tx = e.tx ORDER BY t.era DESC LIMIT 1) AS committed_at
+           -- Read here rather than through streams._commit_time, which reads as
+           -- the caller: the view reads the tables as its owner.
+           (SELECT c.times[e.position - c.first_position + 1] FROM streams.commit_times c
+            WHERE c.first_position <= e.position ORDER BY c.first_position DESC LIMIT 1) AS committed_at
     FROM streams.event_log e
     WHERE e.position > s.position AND e.position <= h.horizon
       AND (streams._stream_exact(s.stream) IS NULL OR e.stream = streams._stream_exact(s.stream))
@@ -805,6 +890,7 @@ GRANT SELECT ON streams.stream_grants TO PUBLIC;
 GRANT EXECUTE ON FUNCTION streams._replay_check(bigint, timestamptz, xid8),
     streams._stream_exact(text), streams._stream_prefix_low(text), streams._stream_prefix_high(text),
     streams._replay_limit(integer), streams._stream_matches(text, text[]), streams._era(bigint, bigint[]),
+    streams._commit_time(bigint),
     streams._reads_all(), streams._read_patterns(), streams._may_publish(text) TO PUBLIC;
 
 -- Subscriptions: each function checks its caller; the tables stay the owner's alone.

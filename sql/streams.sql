@@ -41,28 +41,28 @@ CREATE OPERATOR CLASS streams.xid8_minmax_ops FOR TYPE xid8 USING brin AS
 CREATE INDEX event_log_tx ON streams.event_log USING brin (tx streams.xid8_minmax_ops)
     WITH (pages_per_range = 16, autosummarize = off);
 
--- One row per publishing transaction, written by the worker as the horizon
--- passes the transaction's first event: its commit time and first position.
--- `era`: which stretch of the log the transaction belongs to. A log restored
--- into another cluster starts a new era (see horizon_state.era_bounds): that
--- cluster's transaction ids may repeat ids of restored events, and (tx, era)
--- keeps each transaction's commit time apart. `time_exact` is false when the
--- commit time was gone before the worker recorded it (commit timestamps
--- truncated by VACUUM FREEZE while no worker ran, or an event restored from a
--- dump taken before it was recorded): committed_at is then the time the
--- worker recorded it, a bound the commit came before.
-CREATE TABLE streams.transactions (
-    tx             xid8 NOT NULL,
-    committed_at   timestamptz NOT NULL,
-    first_position bigint NOT NULL,
-    era            integer NOT NULL DEFAULT 0,
-    time_exact     boolean NOT NULL DEFAULT true,
-    PRIMARY KEY (tx, era)
+-- The commit time of every final event, by position: one row per stretch of
+-- positions (a worker round, later merged into rows of up to 4,096
+-- positions), written by the worker in the transaction that moves the
+-- horizon past them. `times[i]` is the commit time of the event at
+-- `first_position + i - 1` (null: no event has that position). Keyed by
+-- position, not by transaction id: a replay reads the log in position order
+-- and finds each event's time in the row it already holds (see
+-- streams._commit_time), and transaction ids repeated by a restore into
+-- another cluster cannot mix up two transactions' times.
+-- `last_time`: the latest time in the row (replay(since => ..) starts at the
+-- first row that reaches it). `inexact`: the positions whose commit time was
+-- gone before the worker recorded it (commit timestamps truncated by VACUUM
+-- FREEZE while no worker ran, or an event restored from a dump taken before
+-- it was recorded); their time is when the worker recorded them, a bound the
+-- commit came before.
+CREATE TABLE streams.commit_times (
+    first_position bigint PRIMARY KEY,
+    times          timestamptz[] NOT NULL,
+    last_time      timestamptz NOT NULL,
+    inexact        bigint[]
 );
--- The worker writes these rows in commit-time order (nearly), so BRIN finds a
--- time range as well as a btree would, for next to nothing per row.
-CREATE INDEX transactions_committed_at ON streams.transactions USING brin (committed_at)
-    WITH (pages_per_range = 16, autosummarize = off);
+CREATE INDEX commit_times_last_time ON streams.commit_times (last_time);
 
 -- The persisted horizon: every position at or below it is final. One row,
 -- written by the worker. `delivered`: the last position notified, when
@@ -70,7 +70,9 @@ CREATE INDEX transactions_committed_at ON streams.transactions USING brin (commi
 -- `system_identifier`: the cluster that wrote it (pg_control_system()); a
 -- restore into another cluster brings the old one along, and the worker then
 -- appends the restored horizon to `era_bounds`: the positions after which a
--- new era of transaction ids begins (see streams.transactions).
+-- new era of transaction ids begins: that cluster's transaction ids may
+-- repeat ids of restored events, and replay(from_tx => ..) takes the newest
+-- transaction with an id (see streams._replay_start).
 CREATE TABLE streams.horizon_state (
     id                boolean PRIMARY KEY DEFAULT true CHECK (id),
     horizon           bigint NOT NULL,
@@ -92,7 +94,7 @@ COMMENT ON TABLE streams.log_info IS 'The identity of this log: a new log_id for
 
 -- pg_dump keeps the events (extension tables are otherwise skipped).
 SELECT pg_catalog.pg_extension_config_dump('streams.event_log', '');
-SELECT pg_catalog.pg_extension_config_dump('streams.transactions', '');
+SELECT pg_catalog.pg_extension_config_dump('streams.commit_times', '');
 SELECT pg_catalog.pg_extension_config_dump('streams.horizon_state', '');
 SELECT pg_catalog.pg_extension_config_dump('streams.position_seq', '');
 
@@ -112,10 +114,26 @@ COMMENT ON FUNCTION streams._refuse_change() IS 'Trigger: refuses UPDATE, DELETE
 
 CREATE TRIGGER event_log_immutable BEFORE UPDATE OR DELETE OR TRUNCATE ON streams.event_log
     FOR EACH STATEMENT EXECUTE FUNCTION streams._refuse_change();
-CREATE TRIGGER transactions_immutable BEFORE UPDATE OR DELETE OR TRUNCATE ON streams.transactions
-    FOR EACH STATEMENT EXECUTE FUNCTION streams._refuse_change();
 ALTER TABLE streams.event_log ENABLE ALWAYS TRIGGER event_log_immutable;
-ALTER TABLE streams.transactions ENABLE ALWAYS TRIGGER transactions_immutable;
+
+-- Commit times change for nobody either. Only the database's worker deletes
+-- rows: when it merges short rows into one (the times stay the same).
+CREATE FUNCTION streams._refuse_commit_time_change() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'DELETE' AND pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.=) streams.worker_pid() THEN
+        RETURN NULL;
+    END IF;
+    RAISE EXCEPTION 'streams: stored events are immutable; % on %.% is not allowed',
+        TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME
+        USING ERRCODE = 'object_not_in_prerequisite_state',
+              HINT = 'Publish a new event that corrects or supersedes the old one.';
+END
+$$;
+COMMENT ON FUNCTION streams._refuse_commit_time_change() IS 'Trigger: refuses UPDATE, DELETE and TRUNCATE of commit times, but the worker''s merging of rows.';
+CREATE TRIGGER commit_times_immutable BEFORE UPDATE OR DELETE OR TRUNCATE ON streams.commit_times
+    FOR EACH STATEMENT EXECUTE FUNCTION streams._refuse_commit_time_change();
+ALTER TABLE streams.commit_times ENABLE ALWAYS TRIGGER commit_times_immutable;
 
 -------------------------------------------------------------------------------
 -- Privileges: who may read and publish which streams (see also "Granting")
@@ -147,10 +165,18 @@ SELECT pg_catalog.pg_extension_config_dump('streams.stream_grants', '');
 SELECT pg_catalog.pg_extension_config_dump('streams.private_streams', '');
 
 -- streams._era(position, era_bounds) -> integer
--- The era of the log a position belongs to (src/replay.rs); streams.events
--- joins streams.transactions on it.
+-- The era of the log a position belongs to (src/replay.rs): the events of
+-- transaction ids used again after a restore are of a later era.
 CREATE FUNCTION streams._era("position" bigint, era_bounds bigint[]) RETURNS integer
 LANGUAGE c IMMUTABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'litebase_streams_era';
+
+-- streams._commit_time(position) -> timestamptz
+-- The commit time of the event at `position`, from streams.commit_times as
+-- the caller reads it (src/replay.rs); null before the worker recorded it.
+-- Keeps the row it last read for the rest of the query.
+CREATE FUNCTION streams._commit_time("position" bigint) RETURNS timestamptz
+LANGUAGE c STABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'litebase_streams_commit_time';
+COMMENT ON FUNCTION streams._commit_time(bigint) IS 'Internal: the commit time of the event at a position (streams.events reads it).';
 
 -- The planner's estimate for the privilege test in streams.events: it keeps
 -- every row (see src/privileges.rs).
@@ -255,11 +281,15 @@ COMMENT ON FUNCTION streams._newest_position() IS 'Internal: the newest allocate
 
 -- streams.events: final events only (position <= horizon, as this reader's
 -- snapshot sees it) of the streams this reader may read. Query it with plain
--- SQL; its indexes serve ranges by position, by (stream, position), by time
--- and by tx.
--- Every final event has its transactions row (the worker writes both in one
--- transaction), so the LEFT JOIN returns what an inner join would; unlike an
--- inner join, the planner drops it from queries that do not read "time".
+-- SQL; its indexes serve ranges by position, by (stream, position) and by
+-- tx. For a time range, start with streams.replay(since => ..), which finds
+-- the first position through streams.commit_times.
+-- "time" comes from streams._commit_time(position), which keeps the
+-- streams.commit_times row of the last position it was asked for: an ordered
+-- scan finds the times of thousands of events in one row, at the cost of an
+-- array lookup per event (a join would look up an index per event). Every
+-- final event has its time (the worker writes both in one transaction); the
+-- planner leaves the call out of queries that do not read "time".
 -- The horizon test is written as (position > horizon) IS NOT TRUE: the
 -- planner then neither folds it with the caller's own `position > x` into a
 -- range it guesses to be tiny, nor rewrites it back into one (as it would a
@@ -267,14 +297,9 @@ COMMENT ON FUNCTION streams._newest_position() IS 'Internal: the newest allocate
 -- stay ordered instead of sorting.
 -- security_invoker: the rows a reader sees are decided by the log's
 -- row-level security (above), as that reader.
--- The join names the event's era (streams._era, a constant 0 until a log is
--- restored into another cluster) so that a transaction id used again after
--- a restore finds its own transaction.
 CREATE VIEW streams.events WITH (security_invoker = true) AS
-SELECT e.position, e.stream, t.committed_at AS "time", e.tx, e.data
+SELECT e.position, e.stream, streams._commit_time(e.position) AS "time", e.tx, e.data
 FROM streams.event_log e
-LEFT JOIN streams.transactions t
-    ON t.tx = e.tx AND t.era = streams._era(e.position, (SELECT h.era_bounds FROM streams.horizon_state h))
 WHERE (e.position > coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)) IS NOT TRUE;
 
 COMMENT ON VIEW streams.events IS 'Final events: position, stream, time (commit time), tx (xid8), data.';
@@ -311,19 +336,33 @@ $$;
 -- streams._replay_start(since, from_tx) -> bigint
 -- Where a replay from a time or a transaction starts: the position after which
 -- events are returned, or null when it names nothing final (yet).
--- SECURITY DEFINER: it reads streams.transactions, which readers need no
--- access to; granted with the 'read' privilege, not to PUBLIC.
+-- SECURITY DEFINER: it reads the log beyond the caller's streams (only to
+-- find a position; replay then returns what the caller may read); granted
+-- with the 'read' privilege, not to PUBLIC.
 CREATE FUNCTION streams._replay_start(since timestamptz, from_tx xid8) RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT CASE
         WHEN since IS NOT NULL THEN
-            -- The first final event committed at or after `since`; replay's time
-            -- filter drops earlier commits that sit later on the timeline.
-            (SELECT min(t.first_position) - 1 FROM streams.transactions t WHERE t.committed_at >= since)
-        -- A transaction id used again after a restore into another cluster
-        -- names its newest transaction.
-        ELSE (SELECT t.first_position - 1 FROM streams.transactions t WHERE t.tx = from_tx
-              ORDER BY t.era DESC LIMIT 1)
+            -- The first final event committed at or after `since`: in the first
+            -- row of commit times (by position) that reaches `since`, since no
+            -- earlier row does. Replay's time filter drops earlier commits that
+            -- sit later on the timeline.
+            (SELECT min(c.first_position + u.o - 1) - 1
+             FROM (SELECT c.first_position, c.times FROM streams.commit_times c
+                   WHERE c.last_time >= since ORDER BY c.first_position LIMIT 1) c
+             CROSS JOIN LATERAL unnest(c.times) WITH ORDINALITY AS u(t, o)
+             WHERE u.t >= since)
+        -- The transaction's first final event. A transaction id used again
+        -- after a restore into another cluster names its newest transaction:
+        -- the one of the era of the id's last event.
+        ELSE (WITH hit AS (
+                  SELECT e.position FROM streams.event_log e
+                  WHERE e.tx = from_tx
+                    AND e.position <= coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)),
+              bounds AS (SELECT (SELECT h.era_bounds FROM streams.horizon_state h) AS b)
+              SELECT min(hit.position) - 1 FROM hit, bounds
+              WHERE streams._era(hit.position, bounds.b)
+                    = (SELECT streams._era(max(hit.position), bounds.b) FROM hit))
     END
 $$;
 
@@ -357,10 +396,8 @@ LANGUAGE sql STABLE AS $$
       AND (streams._stream_prefix_low(replay.stream) IS NULL
            OR (e.stream >= streams._stream_prefix_low(replay.stream)
                AND e.stream < streams._stream_prefix_high(replay.stream)))
-      -- coalesce: a test the planner cannot push into streams.transactions.
-      -- Pushed down, it turned "the first 100 events since T" into a join of
-      -- every event after T with the transactions committed after T.
-      AND (replay.since IS NULL OR coalesce(e."time", 'infinity') >= replay.since)
+      -- Later commits than `since` only (the start position is the first one).
+      AND (replay.since IS NULL OR e."time" >= replay.since)
     ORDER BY e.position
     LIMIT streams._replay_limit(replay.max_events)
 $$;
@@ -425,7 +462,7 @@ LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     objects text[] := CASE privilege
         WHEN 'read' THEN ARRAY[
-            'SELECT ON streams.events, streams.event_log, streams.transactions, streams.horizon_state',
+            'SELECT ON streams.events, streams.event_log, streams.commit_times, streams.horizon_state',
             'EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
                  streams.horizon(), streams.wait(bigint, interval), streams.worker_pid(), streams.log_id(),
                  streams._replay_start(timestamptz, xid8)']
@@ -540,10 +577,11 @@ COMMENT ON VIEW streams.status IS 'Horizon, newest position, worker state and la
 
 -- Descriptions of what the sections above do not comment on already.
 COMMENT ON TABLE streams.event_log IS 'Every event ever published, final or not; read streams.events instead.';
-COMMENT ON TABLE streams.transactions IS 'One row per publishing transaction: its commit time and first position.';
+COMMENT ON TABLE streams.commit_times IS 'The commit time of every final event, by position (read streams.events instead).';
+COMMENT ON COLUMN streams.commit_times.times IS 'times[i]: the commit time of the event at first_position + i - 1 (null: no event there).';
+COMMENT ON COLUMN streams.commit_times.last_time IS 'The latest commit time in the row.';
+COMMENT ON COLUMN streams.commit_times.inexact IS 'Positions whose commit time was lost before it was recorded: their time is when the worker recorded them.';
 COMMENT ON TABLE streams.horizon_state IS 'The persisted horizon and the last notified position (one row, written by the worker).';
-COMMENT ON COLUMN streams.transactions.era IS 'Which era of the log the transaction belongs to: a restore into another cluster starts a new one.';
-COMMENT ON COLUMN streams.transactions.time_exact IS 'False when the commit time was lost before it was recorded: committed_at is then when the worker recorded it.';
 COMMENT ON COLUMN streams.horizon_state.system_identifier IS 'The cluster that last wrote this row (pg_control_system()).';
 COMMENT ON COLUMN streams.horizon_state.era_bounds IS 'Positions after which a new era of transaction ids begins (one per restore into another cluster).';
 COMMENT ON FUNCTION streams._era(bigint, bigint[]) IS 'Internal: the era of the log a position belongs to.';

@@ -175,7 +175,10 @@ FROM streams.subscription_state s
 CROSS JOIN LATERAL (SELECT coalesce((SELECT hs.horizon FROM streams.horizon_state hs), 0) AS horizon) h
 LEFT JOIN LATERAL (
     SELECT e.position,
-           (SELECT t.committed_at FROM streams.transactions t WHERE t.tx = e.tx ORDER BY t.era DESC LIMIT 1) AS committed_at
+           -- Read here rather than through streams._commit_time, which reads as
+           -- the caller: the view reads the tables as its owner.
+           (SELECT c.times[e.position - c.first_position + 1] FROM streams.commit_times c
+            WHERE c.first_position <= e.position ORDER BY c.first_position DESC LIMIT 1) AS committed_at
     FROM streams.event_log e
     WHERE e.position > s.position AND e.position <= h.horizon
       AND (streams._stream_exact(s.stream) IS NULL OR e.stream = streams._stream_exact(s.stream))

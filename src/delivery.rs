@@ -25,25 +25,25 @@
 //!
 //! # Commit times are exact or marked
 //!
-//! A transaction's row in `streams.transactions` takes its commit time from
-//! `pg_commit_ts`, which VACUUM FREEZE truncates; a worker that falls behind
-//! long enough finds it gone. Nothing can stop the truncation (a worker that
-//! is not running cannot hold it back), so the row then gets the time the
-//! worker recorded it, an upper bound, with `time_exact` false, and the
-//! worker warns. An event restored from a dump before it was recorded is
-//! treated the same way: its `tx` belongs to the dumped cluster, and this
-//! cluster's commit time for that id is another transaction's (the event's
-//! `xmin`, the restore, tells them apart; see `record_final_events!`).
+//! A round records the commit time of each event it makes final in
+//! `streams.commit_times` (commit_times.rs), from `pg_commit_ts`, which
+//! VACUUM FREEZE truncates; a worker that falls behind long enough finds it
+//! gone. Nothing can stop the truncation (a worker that is not running
+//! cannot hold it back), so the event then gets the time the worker recorded
+//! it, an upper bound, listed in the row's `inexact`, and the worker warns.
+//! An event restored from a dump before it was recorded is treated the same
+//! way: its `tx` belongs to the dumped cluster, and this cluster's commit
+//! time for that id is another transaction's (the event's `xmin`, the
+//! restore, tells them apart; see [`FETCH_NEW`]).
 //!
 //! # Eras
 //!
 //! Transaction ids are unique in one cluster, not across clusters. A log
 //! restored into another cluster holds ids that cluster hands out again, so
 //! the first round after such a restore (`horizon_state.system_identifier`
-//! is another cluster's) starts a new era at the restored horizon, and rows
-//! of `streams.transactions` are keyed by (tx, era). `streams.events` finds
-//! an event's era from its position (`streams._era`); `replay(from_tx => ..)`
-//! takes the newest transaction with that id.
+//! is another cluster's) starts a new era at the restored horizon;
+//! `replay(from_tx => ..)` takes the newest transaction with an id. Commit
+//! times are kept by position, which no restore repeats.
 //!
 //! # Two schema versions
 //!
@@ -59,6 +59,7 @@ use pgrx::prelude::*;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult};
 use pgrx::{PgBuiltInOids, PgOid};
 
+use crate::commit_times::{self, Recorder};
 use crate::error::StreamsError;
 use crate::horizon;
 use crate::notify::{encode_payload, pattern_matches, Event, MAX_DATA_TEXT_BYTES};
@@ -97,80 +98,34 @@ enum Schema {
 /// at most a few times larger than its text).
 const MAX_DATA_READ_BYTES: usize = 8 * MAX_DATA_TEXT_BYTES;
 
-/// The statement head both recording statements share: the newly final
-/// events `ev` (with the given columns), at most `$3` of `($1, $2]`, and
-/// `fresh`, the `streams.transactions` row inserted for each transaction seen
-/// for the first time in this era (`$4`).
+/// The events a round makes final, at most `$3` of `($1, $2]`, with their
+/// exact commit time (null when it is lost: see [`commit_times`]).
 ///
 /// A commit time is exact only when it belongs to the transaction: it is gone
 /// when `pg_commit_ts` was truncated before the worker ran, and it belongs to
 /// another transaction when the event was restored from a dump (its `tx` is
-/// another cluster's, its row was inserted by the restore). The row then gets
-/// the time of this round, an upper bound, with `time_exact` false. An event
+/// another cluster's, its row was inserted by the restore). An event
 /// inserted by its own transaction has `xmin` = `tx` or a subtransaction of
 /// it, which commits at the same time; when `xmin`'s commit time is gone too
 /// the event is taken to be its own.
-macro_rules! record_final_events {
-    ($columns:literal) => {
-        concat!(
-            "
-WITH ev AS (
-    SELECT ",
-            $columns,
-            " FROM streams.event_log
-    WHERE position > $1 AND position <= $2
-    ORDER BY position LIMIT $3
-), fresh AS (
-    INSERT INTO streams.transactions (tx, committed_at, first_position, era, time_exact)
-    SELECT n.tx, coalesce(n.exact, pg_catalog.statement_timestamp()), n.first_position, $4, n.exact IS NOT NULL
-    FROM (
-        SELECT c.tx, c.first_position,
-               CASE WHEN c.inserter = c.tx::xid
-                      OR pg_catalog.pg_xact_commit_timestamp(c.inserter) IS NULL
-                      OR pg_catalog.pg_xact_commit_timestamp(c.inserter) = a.at
-                    THEN a.at END AS exact
-        FROM (
-            SELECT ev.tx, pg_catalog.min(ev.position) AS first_position,
-                   (pg_catalog.array_agg(ev.xmin))[1] AS inserter
-            FROM ev GROUP BY ev.tx
-        ) c
-        CROSS JOIN LATERAL (SELECT pg_catalog.pg_xact_commit_timestamp(c.tx::xid) AS at) a
-        WHERE NOT EXISTS (SELECT 1 FROM streams.transactions t WHERE t.tx = c.tx AND t.era = $4)
-    ) n
-    RETURNING tx, committed_at, time_exact
-)"
-        )
-    };
-}
+const FETCH_NEW: &str = "
+SELECT e.position, e.stream::text, e.tx::text::bigint,
+       CASE WHEN e.xmin = e.tx::xid
+              OR pg_catalog.pg_xact_commit_timestamp(e.xmin) IS NULL
+              OR pg_catalog.pg_xact_commit_timestamp(e.xmin) = pg_catalog.pg_xact_commit_timestamp(e.tx::xid)
+            THEN pg_catalog.pg_xact_commit_timestamp(e.tx::xid) END,
+       e.data
+FROM streams.event_log e
+WHERE e.position > $1 AND e.position <= $2
+ORDER BY e.position LIMIT $3";
 
-/// The newly final events with their transaction's commit time and whether
-/// it is exact (looked up only for a transaction recorded by an earlier
-/// round: most events have just had their row inserted).
-const FETCH: &str = concat!(
-    record_final_events!("position, stream, tx, data, xmin"),
-    "
-SELECT ev.position, ev.stream::text, ev.tx::text::bigint,
-       CASE WHEN f.tx IS NULL
-            THEN (SELECT t.committed_at FROM streams.transactions t WHERE t.tx = ev.tx AND t.era = $4)
-            ELSE f.committed_at END,
-       ev.data,
-       CASE WHEN f.tx IS NULL
-            THEN (SELECT t.time_exact FROM streams.transactions t WHERE t.tx = ev.tx AND t.era = $4)
-            ELSE f.time_exact END
-FROM ev
-LEFT JOIN fresh f ON f.tx = ev.tx
-ORDER BY ev.position"
-);
-
-/// Visibility only: record commit times up to `$2` (a data-modifying CTE
-/// runs whether or not it is read); returns the last position covered, how
-/// many events that was, and how many transactions lost their commit time.
-const MARK: &str = concat!(
-    record_final_events!("position, tx, xmin"),
-    "
-SELECT (SELECT pg_catalog.max(position) FROM ev), (SELECT pg_catalog.count(*) FROM ev),
-       (SELECT pg_catalog.count(*) FROM fresh WHERE NOT fresh.time_exact)"
-);
+/// Final events whose commit times an earlier round recorded (notification
+/// rounds after a split), the same columns.
+const FETCH_RECORDED: &str = "
+SELECT e.position, e.stream::text, e.tx::text::bigint, streams._commit_time(e.position), e.data
+FROM streams.event_log e
+WHERE e.position > $1 AND e.position <= $2
+ORDER BY e.position LIMIT $3";
 
 /// 0.1.0 has one era and nowhere to say that a commit time was lost.
 const FETCH_V0_1: &str = "
@@ -188,7 +143,7 @@ WITH ev AS (
     RETURNING tx, committed_at
 )
 SELECT ev.position, ev.stream::text, ev.tx::text::bigint,
-       coalesce(f.committed_at, t.committed_at), ev.data, true
+       coalesce(f.committed_at, t.committed_at), ev.data
 FROM ev
 LEFT JOIN fresh f ON f.tx = ev.tx
 LEFT JOIN streams.transactions t ON t.tx = ev.tx
@@ -276,10 +231,17 @@ struct Plans {
     read_state: OwnedPreparedStatement,
     read_private: OwnedPreparedStatement,
     previous: OwnedPreparedStatement,
-    fetch: OwnedPreparedStatement,
-    /// Visibility rounds; 0.1.0 has none.
-    mark: Option<OwnedPreparedStatement>,
+    /// Events becoming final (0.1.0: recording their commit times too).
+    fetch_new: OwnedPreparedStatement,
+    /// The current schema only: events made final before, and the insert of
+    /// commit times.
+    recorded: Option<Recorded>,
     save: OwnedPreparedStatement,
+}
+
+struct Recorded {
+    fetch: OwnedPreparedStatement,
+    insert_times: OwnedPreparedStatement,
 }
 
 thread_local! {
@@ -325,23 +287,28 @@ fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plans>> {
         return Ok(plans);
     }
     let int8 = PgOid::BuiltIn(PgBuiltInOids::INT8OID);
-    let int4 = PgOid::BuiltIn(PgBuiltInOids::INT4OID);
     let int8_array = PgOid::BuiltIn(PgBuiltInOids::INT8ARRAYOID);
-    let (read_state, read_private, fetch, save) = match schema {
-        Schema::Current => (READ_STATE, READ_PRIVATE, FETCH, SAVE),
+    let (read_state, read_private, fetch_new, save) = match schema {
+        Schema::Current => (READ_STATE, READ_PRIVATE, FETCH_NEW, SAVE),
         Schema::V0_1 => (READ_STATE_V0_1, READ_PRIVATE_V0_1, FETCH_V0_1, SAVE_V0_1),
     };
-    let round = [int8, int8, int8, int4];
+    let range = [int8, int8, int8];
+    let recorded = match schema {
+        Schema::Current => Some(Recorded {
+            fetch: client.prepare(FETCH_RECORDED, &range)?.keep(),
+            insert_times: client
+                .prepare_mut(commit_times::INSERT, &commit_times::INSERT_TYPES.map(PgOid::from))?
+                .keep(),
+        }),
+        Schema::V0_1 => None,
+    };
     let plans = Rc::new(Plans {
         schema,
         read_state: client.prepare(read_state, &[])?.keep(),
         read_private: client.prepare(read_private, &[])?.keep(),
         previous: client.prepare(PREVIOUS, &[PgOid::BuiltIn(PgBuiltInOids::TEXTOID), int8])?.keep(),
-        fetch: client.prepare_mut(fetch, &round)?.keep(),
-        mark: match schema {
-            Schema::Current => Some(client.prepare_mut(MARK, &round)?.keep()),
-            Schema::V0_1 => None,
-        },
+        fetch_new: client.prepare_mut(fetch_new, &range)?.keep(),
+        recorded,
         save: client.prepare_mut(save, &[int8, int8, int8, int8_array, int8, int8])?.keep(),
     });
     PLANS.with(|p| *p.borrow_mut() = Some(plans.clone()));
@@ -389,26 +356,26 @@ fn deliver(
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
     }
 
+    // Notifications behind the horizon (after a restore, or after a split
+    // round) go out first, with the times recorded before.
+    let catching_up = delivered < persisted && phase != Phase::Visibility;
     let (new_horizon, new_delivered, more) = match phase {
         Phase::Visibility => {
-            let mark = plans.mark.as_ref().expect("split rounds only run on the current schema");
             let limit = batch_size * 10;
-            let row = client
-                .update(mark, None, &[persisted.into(), horizon.into(), limit.into(), eras.current().into()])?
-                .first();
-            let (last, count) = (row.get::<i64>(1)?, row.get::<i64>(2)?.unwrap_or(0));
-            warn_lost_commit_times(row.get::<i64>(3)?.unwrap_or(0), persisted, last.unwrap_or(persisted));
-            let more = count == limit;
-            (if more { last.unwrap_or(horizon) } else { horizon }, delivered, more)
+            let batch = Batch { after: persisted, upto: horizon, limit, new: true };
+            let (last, more) = read_events(client, &plans, batch, None)?;
+            (if more { last } else { horizon }, delivered, more)
         }
         Phase::Combined | Phase::Notify => {
             let private: Vec<String> =
                 client.select(&plans.read_private, None, &[])?.first().get::<Vec<String>>(1)?.unwrap_or_default();
-            let upto = if phase == Phase::Notify { persisted } else { horizon };
-            let batch = Batch { after: delivered, upto, limit: batch_size, era: eras.current() };
-            let (sent_through, more) = notify_events(client, &plans, log, batch, &private)?;
+            let new = !catching_up && phase == Phase::Combined;
+            let upto = if new { horizon } else { persisted };
+            let batch = Batch { after: delivered, upto, limit: batch_size, new };
+            let (sent_through, more) = read_events(client, &plans, batch, Some(Notify { log, private: &private }))?;
             let sent = if more { sent_through } else { upto };
-            (sent.max(persisted), sent, more)
+            // After catching up, a combined round goes on at once.
+            (sent.max(persisted), sent, more || (catching_up && phase == Phase::Combined))
         }
     };
     let bounds = (!eras.bounds.is_empty()).then_some(eras.bounds);
@@ -426,13 +393,13 @@ fn deliver(
     Ok(Round::Done { horizon: new_horizon, delivered: new_delivered, newest, more })
 }
 
-/// The eras of the log (see `streams.transactions` in sql/streams.sql): a log
-/// restored into another cluster carries transaction ids of that cluster,
-/// which this one may hand out again, so the first round after such a restore
-/// starts a new era at the restored horizon. Every event at or below it was
-/// recorded with its transaction in the cluster that wrote it (a dump holds
-/// the horizon and the transactions of one snapshot); every event above it is
-/// recorded here, in the new era.
+/// The eras of the log (see `horizon_state.era_bounds` in sql/streams.sql): a
+/// log restored into another cluster carries transaction ids of that
+/// cluster, which this one may hand out again, so the first round after such
+/// a restore starts a new era at the restored horizon. Every event at or
+/// below it was made final in the cluster that wrote it (a dump holds the
+/// horizon and the commit times of one snapshot); every event above it is
+/// made final here, in the new era.
 struct Eras {
     /// The positions after which each later era begins.
     bounds: Vec<i64>,
@@ -461,70 +428,94 @@ impl Eras {
         }
         Eras { bounds, system_identifier, restored }
     }
-
-    /// The era of every event a round records.
-    fn current(&self) -> i32 {
-        self.bounds.len() as i32
-    }
 }
 
 /// Tell the operator that some events carry an inexact time (`time_exact`).
-fn warn_lost_commit_times(transactions: i64, after: i64, through: i64) {
-    if transactions > 0 {
-        StreamsError::CommitTimesLost { transactions, after, through }.warn();
+fn warn_lost_commit_times(events: i64, after: i64, through: i64) {
+    if events > 0 {
+        StreamsError::CommitTimesLost { events, after, through }.warn();
     }
 }
 
-/// The events a notification round covers: `(after, upto]`, at most `limit`.
+/// The events a round reads: `(after, upto]`, at most `limit`; `new`: above
+/// the persisted horizon, so this round records their commit times.
 #[derive(Clone, Copy)]
 struct Batch {
     after: i64,
     upto: i64,
     limit: i64,
-    era: i32,
+    new: bool,
 }
 
-/// NOTIFY the events in `(after, upto]`, at most `batch_size`; returns the
-/// last position sent and whether the batch limit cut it short.
-fn notify_events(
+/// What a notifying round needs: which log, and the private streams.
+struct Notify<'a> {
+    log: pg_sys::Oid,
+    private: &'a [String],
+}
+
+/// Read the events of `batch` in position order, recording their commit
+/// times when they are new; with `notify`, NOTIFY each. Returns the last position
+/// read and whether the batch limit cut it short.
+fn read_events(
     client: &mut SpiClient<'_>,
     plans: &Plans,
-    log: pg_sys::Oid,
     batch: Batch,
-    private: &[String],
+    notify: Option<Notify<'_>>,
 ) -> SpiResult<(i64, bool)> {
-    let args = [batch.after.into(), batch.upto.into(), batch.limit.into(), batch.era.into()];
-    let mut rows = client.update(&plans.fetch, None, &args)?;
+    let args = [batch.after.into(), batch.upto.into(), batch.limit.into()];
+    // 0.1.0's statement records the times itself.
+    let (plan, mut times) = match &plans.recorded {
+        None => (&plans.fetch_new, None),
+        Some(recorded) if !batch.new => (&recorded.fetch, None),
+        Some(_) => (&plans.fetch_new, Some(Recorder::new())),
+    };
+    let mut rows = client.update(plan, None, &args)?;
     let fetched = rows.len() as i64;
     let mut last = batch.after;
-    let mut inexact = std::collections::HashSet::new();
-    LAST_NOTIFIED.with(|l| {
-        let mut l = l.borrow_mut();
-        if l.log != log {
-            *l = LastNotified { log, ..Default::default() };
-        }
-    });
+    if let Some(notify) = &notify {
+        LAST_NOTIFIED.with(|l| {
+            let mut l = l.borrow_mut();
+            if l.log != notify.log {
+                *l = LastNotified { log: notify.log, ..Default::default() };
+            }
+        });
+    }
     while let Some(row) = rows.next() {
         let position = row.get::<i64>(1)?.unwrap_or_default();
+        let time = row.get::<pgrx::datum::TimestampWithTimeZone>(4)?;
+        let time = match times.as_mut() {
+            Some(times) => times.add(position, time),
+            None => time.unwrap_or_else(|| {
+                StreamsError::CorruptEvent { position, error: "no commit time recorded".into() }.raise()
+            }),
+        };
+        last = position;
+        let Some(notify) = &notify else { continue };
         let stream = row.get::<&str>(2)?.unwrap_or_default();
         let tx = row.get::<i64>(3)?.unwrap_or_default();
-        let time_us = row.get::<pgrx::datum::TimestampWithTimeZone>(4)?.map_or(0, unix_micros);
-        if row.get::<bool>(6)? == Some(false) {
-            inexact.insert(tx);
-        }
-        let is_private = private.iter().any(|p| pattern_matches(p, stream));
+        let is_private = notify.private.iter().any(|p| pattern_matches(p, stream));
         let data = if is_private { None } else { rows.get_datum_by_ordinal(5)?.and_then(jsonb_text) };
         let prev = LAST_NOTIFIED.with(|l| l.borrow_mut().previous(client, plans, stream, position))?;
         LAST_NOTIFIED.with(|l| l.borrow_mut().record(stream, position));
-        let event = Event { position, stream, time_us, tx, prev, data: data.as_deref(), private: is_private };
+        let event = Event {
+            position,
+            stream,
+            time_us: unix_micros(time),
+            tx,
+            prev,
+            data: data.as_deref(),
+            private: is_private,
+        };
         let payload = encode_payload(&event)
             .unwrap_or_else(|e| StreamsError::CorruptEvent { position, error: e.to_string() }.raise());
         let channel = CString::new(stream).expect("stream names hold no NUL");
         let payload = CString::new(payload).expect("JSON text holds no NUL");
         pg_decls::notify(&channel, &payload);
-        last = position;
     }
-    warn_lost_commit_times(inexact.len() as i64, batch.after, last);
+    if let (Some(times), Some(recorded)) = (times, &plans.recorded) {
+        warn_lost_commit_times(times.inexact() as i64, batch.after, last);
+        times.save(client, &recorded.insert_times)?;
+    }
     Ok((last, fetched == batch.limit))
 }
 

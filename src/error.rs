@@ -37,9 +37,11 @@ pub enum StreamsError {
     MissingObject(&'static str),
     /// A stored event that cannot be read back (storage corruption).
     CorruptEvent { position: i64, error: String },
-    /// A WARNING: the commit time of these transactions was lost before the
-    /// worker recorded it (see `time_exact` in `streams.transactions`).
-    CommitTimesLost { transactions: i64, after: i64, through: i64 },
+    /// A WARNING: the commit time of these events was lost before the worker
+    /// recorded it (see `inexact` in `streams.commit_times`).
+    CommitTimesLost { events: i64, after: i64, through: i64 },
+    /// Memory for what the message names could not be allocated.
+    OutOfMemory(&'static str),
     /// The database's encoding is not UTF-8.
     NotUtf8,
     /// The worker's round found `streams.horizon_state` written by another
@@ -158,10 +160,11 @@ impl fmt::Display for StreamsError {
                 f,
                 "subscription \"{name}\" belongs to a webhook; its events are delivered by the extension"
             ),
-            StreamsError::CommitTimesLost { transactions, .. } => write!(
+            StreamsError::CommitTimesLost { events, .. } => write!(
                 f,
-                "litebase_streams: the commit time of {transactions} transaction(s) was lost before it was recorded"
+                "litebase_streams: the commit time of {events} event(s) was lost before it was recorded"
             ),
+            StreamsError::OutOfMemory(what) => write!(f, "litebase_streams: out of memory for {what}"),
         }
     }
 }
@@ -191,6 +194,7 @@ impl StreamsError {
             | StreamsError::PreparedPoll
             | StreamsError::WaitNeedsReadCommitted => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             StreamsError::CommitTimesLost { .. } => PgSqlErrorCode::ERRCODE_WARNING,
+            StreamsError::OutOfMemory(_) => PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
             StreamsError::PreparedPublish => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             StreamsError::PermissionDenied { .. } => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
             StreamsError::NotUtf8 => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -291,7 +295,7 @@ impl StreamsError {
             StreamsError::Spi { error, .. } | StreamsError::CorruptEvent { error, .. } => Some(error.clone()),
             StreamsError::CommitTimesLost { after, through, .. } => Some(format!(
                 "Their events, at positions after {after} through {through}, carry the time the worker recorded \
-                 them instead, an upper bound; streams.transactions.time_exact is false for them."
+                 them instead, an upper bound; streams.commit_times.inexact lists them."
             )),
             _ => None,
         }

@@ -192,6 +192,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
     let mut notify_failures = 0u32;
     let mut next_notify = std::time::Instant::now();
     let mut next_summary = std::time::Instant::now() + SUMMARY_INTERVAL;
+    let mut compacted = crate::commit_times::Compacted::default();
     let mut last_round = std::time::Instant::now();
     loop {
         if entry.stop.load(Ordering::Acquire) {
@@ -248,6 +249,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                 if std::time::Instant::now() >= next_summary {
                     next_summary = std::time::Instant::now() + SUMMARY_INTERVAL;
                     summarize_new_ranges();
+                    compact_commit_times(&mut compacted);
                     start_webhook_worker(db);
                 }
                 if more {
@@ -350,6 +352,18 @@ fn summarize_new_ranges() {
         // A lock timeout means autovacuum is on the table (and summarises too).
         Err(failure) if failure.sqlstate != "55P03" => warn_failed("BRIN summarization", &failure, SUMMARY_INTERVAL),
         _ => {}
+    }
+}
+
+/// Merge the short rows of commit times the rounds wrote (commit_times.rs).
+/// A failure is logged and retried at the next interval.
+fn compact_commit_times(compacted: &mut crate::commit_times::Compacted) {
+    let result = attempt(|| {
+        Spi::connect_mut(|client| crate::commit_times::compact(client, compacted))
+            .unwrap_or_else(|e| StreamsError::Spi { doing: "merging commit times", error: e.to_string() }.raise())
+    });
+    if let Err(failure) = result {
+        warn_failed("merging commit times", &failure, SUMMARY_INTERVAL);
     }
 }
 

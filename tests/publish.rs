@@ -195,9 +195,9 @@ fn stored_events_are_immutable_for_owner_and_superuser() {
             "UPDATE streams.event_log SET data = '{\"n\":2}'",
             "DELETE FROM streams.event_log",
             "TRUNCATE streams.event_log",
-            "UPDATE streams.transactions SET committed_at = now()",
-            "DELETE FROM streams.transactions",
-            "TRUNCATE streams.transactions",
+            "UPDATE streams.commit_times SET last_time = now()",
+            "DELETE FROM streams.commit_times",
+            "TRUNCATE streams.commit_times",
             "SET session_replication_role = replica; DELETE FROM streams.event_log",
         ] {
             let err = client.batch_execute(sql).expect_err(sql);

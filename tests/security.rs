@@ -209,6 +209,7 @@ fn security_definer_functions_pin_search_path_and_are_not_public() {
         "streams.replay(text,bigint,timestamp with time zone,xid8,integer)", // as the caller, inlined
         "streams.publish(text,jsonb)",               // kept plans pinned in Rust (kept_plan.rs)
         "streams._publish_batch(text,jsonb[])",      // same
+        "streams._commit_time(bigint)",              // a kept plan pinned in Rust, run as the caller
     ];
     let unpinned: Vec<String> = c
         .query(

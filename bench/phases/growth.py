@@ -44,7 +44,7 @@ END LOOP;
 END $$""")
             fill_s = time.monotonic() - t
             deliver_s = b.wait_delivered(c, timeout=3600)
-            c.execute("VACUUM (ANALYZE) streams.event_log, streams.transactions")
+            c.execute("VACUUM (ANALYZE) streams.event_log, streams.commit_times")
             have = c.execute("SELECT count(*) FROM streams.event_log").fetchone()[0]
             newest = c.execute("SELECT streams.horizon()").fetchone()[0]
             info(f"{have:,} events: grown in {fill_s:.0f} s, delivered {deliver_s:.1f} s later")
@@ -81,7 +81,7 @@ END $$""")
                     f"SELECT * FROM streams.replay(since => '{at.isoformat()}', max_events => 100)")[0] * 1000)
             size_bytes = c.execute(
                 "SELECT pg_total_relation_size('streams.event_log') + "
-                "pg_total_relation_size('streams.transactions')").fetchone()[0]
+                "pg_total_relation_size('streams.commit_times')").fetchone()[0]
             levels = c.execute("SELECT level + 1 FROM bt_metap('streams.event_log_pkey')").fetchone()[0]
             r = b.run_pgbench("publish.sql", 8, cfg["secs"], f"growth-{size}-publish-c8")
             point = dict(events=have, fill_s=fill_s, deliver_s=deliver_s, publish_tps=r["tps"],

@@ -180,8 +180,9 @@ def notes(res, short):
             f"{cpu_us(res, 'publish', top):.0f} µs of CPU per published event against "
             f"{cpu_us(res, 'plain', top):.0f} µs per plain INSERT "
             f"({cpu_us(res, 'publish', top) / cpu_us(res, 'plain', top):.2f}x). The delivery worker "
-            f"alone took {cpu_med(res, 'publish', top, 'worker'):.0f}% of one CPU (per round it inserts "
-            "into `streams.transactions`, NOTIFYs each event and updates `streams.horizon_state`); "
+            f"alone took {cpu_med(res, 'publish', top, 'worker'):.0f}% of one CPU (per round it reads the newly final events, "
+            "inserts their commit times into `streams.commit_times`, NOTIFYs each event and updates "
+            "`streams.horizon_state`); "
             "most of the rest is the publish path itself (privilege check, position "
             "allocation, the INSERT through SPI). The Python LISTEN client used another "
             f"{cpu_med(res, 'publish', top, 'listener'):.0f}% of one CPU, outside the server.")

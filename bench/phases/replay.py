@@ -191,9 +191,9 @@ def notes(res, short):
     e = rep["events_per_s"]
     return [
         "**replay:** `streams.replay()` is inlined into the query and reads through the "
-        "`streams.events` view, which joins each event with `streams.transactions` for its "
-        "commit time (the time is known only after the event's row was written, and rows are "
-        "never updated); that per-row lookup is the difference. The view's plan nodes here: "
+        "`streams.events` view, which adds the horizon test and each event's commit time "
+        "(`streams._commit_time(position)`: an array lookup in the `streams.commit_times` row it "
+        "read last) to the scan of `streams.event_log`. The view's plan nodes here: "
         f"`{plan_shape(rep['plans']['view']['server'])}` against `{plan_shape(rep['plans']['raw']['server'])}` "
         f"for the raw scan. Received by a client (COPY), the gap narrows to "
         f"{e['copy']['replay'] / e['copy']['raw']:.2f}x (replay) and "

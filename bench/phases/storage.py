@@ -28,8 +28,8 @@ def notes(res, short):
         e = st["events"]
         out.append(
             f"**storage, {what}:** {st['ours_per_event']:.0f} B per event against "
-            f"{st['plain_per_row']:.0f} B; `streams.transactions` (one row, one btree and "
-            f"one BRIN entry per publishing transaction) accounts for {st['transactions_total'] / e:.0f} B "
+            f"{st['plain_per_row']:.0f} B; `streams.commit_times` (the commit times by position, "
+            f"{f0(st['commit_time_rows'])} rows) accounts for {st['commit_times_total'] / e:.0f} B "
             f"of it, `event_log` for {st['event_log_total'] / e:.0f} B (heap "
             f"{st['event_log_heap'] / e:.0f} B, {st['event_log_index_count']} indexes "
             f"{st['event_log_indexes'] / e:.0f} B; bench_plain: heap "
@@ -44,11 +44,11 @@ def section(res, w):
     w("## 4. Storage")
     w("")
     w("Bytes per event: `pg_total_relation_size` (heap, TOAST, indexes, free-space and "
-      "visibility maps) of `streams.event_log` + `streams.transactions` + "
+      "visibility maps) of `streams.event_log` + `streams.commit_times` + "
       "`streams.horizon_state`, divided by the number of events, against `bench_plain`'s total "
       "size divided by its rows, after `VACUUM (ANALYZE)`.")
     w("")
-    w("| data set | events | streams tables | of which event_log heap / indexes / transactions | bench_plain | of which heap / indexes | ratio |")
+    w("| data set | events | streams tables | of which event_log heap / indexes / commit_times | bench_plain | of which heap / indexes | ratio |")
     w("| --- | --- | --- | --- | --- | --- | --- |")
     for label, st in [("one event per transaction (the pgbench runs of section 1; bench_plain: "
                        "the plain INSERT and INSERT + pg_notify runs)", ss),
@@ -57,13 +57,14 @@ def section(res, w):
         e = st["events"]
         w(f"| {label} | {f0(e)} | {st['ours_per_event']:.1f} B | "
           f"{st['event_log_heap'] / e:.1f} / {st['event_log_indexes'] / e:.1f} / "
-          f"{st['transactions_total'] / e:.1f} B | {st['plain_per_row']:.1f} B "
+          f"{st['commit_times_total'] / e:.1f} B | {st['plain_per_row']:.1f} B "
           f"({f0(st['plain_rows'])} rows) | "
           f"{st['plain_heap'] / st['plain_rows']:.1f} / {st['plain_indexes'] / st['plain_rows']:.1f} B | "
           f"{fx(st['ratio'])} |")
     w("")
     w(f"`event_log` has {sb['event_log_index_count']} indexes, `bench_plain` "
-      f"{sb['plain_index_count']} (primary key, `(stream, id)`); `streams.transactions` holds one "
-      "row per publishing transaction (commit time, first position).")
+      f"{sb['plain_index_count']} (primary key, `(stream, id)`); `streams.commit_times` holds the "
+      "commit times by position, in rows of up to 4,096 positions (one per worker round, merged "
+      "every few seconds).")
     w("")
 
