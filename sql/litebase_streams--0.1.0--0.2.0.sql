@@ -113,13 +113,15 @@ ALTER INDEX streams.event_log_tx SET (autosummarize = off);
 -- gone before the worker recorded it (commit timestamps truncated by VACUUM
 -- FREEZE while no worker ran, or an event restored from a dump taken before
 -- it was recorded); their time is when the worker recorded them, a bound the
--- commit came before.
+-- commit came before. toast_tuple_target: a round's row (up to about a
+-- thousand times) stays inline and uncompressed; compressing it cost the
+-- worker more than it saved.
 CREATE TABLE streams.commit_times (
     first_position bigint PRIMARY KEY,
     times          timestamptz[] NOT NULL,
     last_time      timestamptz NOT NULL,
     inexact        bigint[]
-);
+) WITH (toast_tuple_target = 8160);
 CREATE INDEX commit_times_last_time ON streams.commit_times (last_time);
 SELECT pg_catalog.pg_extension_config_dump('streams.commit_times', '');
 -- Every final event of 0.1.0 has its transaction's exact commit time in

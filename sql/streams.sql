@@ -55,13 +55,15 @@ CREATE INDEX event_log_tx ON streams.event_log USING brin (tx streams.xid8_minma
 -- gone before the worker recorded it (commit timestamps truncated by VACUUM
 -- FREEZE while no worker ran, or an event restored from a dump taken before
 -- it was recorded); their time is when the worker recorded them, a bound the
--- commit came before.
+-- commit came before. toast_tuple_target: a round's row (up to about a
+-- thousand times) stays inline and uncompressed; compressing it cost the
+-- worker more than it saved.
 CREATE TABLE streams.commit_times (
     first_position bigint PRIMARY KEY,
     times          timestamptz[] NOT NULL,
     last_time      timestamptz NOT NULL,
     inexact        bigint[]
-);
+) WITH (toast_tuple_target = 8160);
 CREATE INDEX commit_times_last_time ON streams.commit_times (last_time);
 
 -- The persisted horizon: every position at or below it is final. One row,

@@ -150,7 +150,9 @@ LEFT JOIN streams.transactions t ON t.tx = ev.tx
 ORDER BY ev.position";
 
 const READ_STATE: &str = "
-SELECT h.horizon, coalesce(h.delivered, h.horizon), streams._newest_position(), h.system_identifier, h.era_bounds
+SELECT h.horizon, coalesce(h.delivered, h.horizon),
+       (SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END FROM streams.position_seq s),
+       h.system_identifier, h.era_bounds
 FROM (SELECT NULL) AS one LEFT JOIN streams.horizon_state h ON true";
 
 const READ_STATE_V0_1: &str =
@@ -199,20 +201,25 @@ inserted AS (
 SELECT (SELECT pg_catalog.count(*) FROM updated) OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM inserted)";
 
 /// The version of the extension installed in this database, if any, and the
-/// OID of its `streams.event_log` (which log the positions belong to).
+/// OID of its `streams.event_log` (which log the positions belong to). Only
+/// the extension creates the `streams` schema and its tables (bootstrap.sql
+/// refuses a schema it did not create), so the log's table stands for the
+/// extension: syscache lookups, where `pg_extension` would be scanned every
+/// round.
 fn installed_schema() -> Option<(Schema, pg_sys::Oid)> {
-    // SAFETY: catalog lookups inside the round's transaction.
-    let ext = unsafe { pg_sys::get_extension_oid(c"litebase_streams".as_ptr(), true) };
-    if ext == pg_sys::InvalidOid {
-        return None;
-    }
     // SAFETY: syscache lookups by name in the round's transaction; missing_ok,
     // and the C strings are static.
     let (is_0_1, log) = unsafe {
         let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), true);
+        if schema == pg_sys::InvalidOid {
+            return None;
+        }
         let private = pg_sys::get_relname_relid(c"private_streams".as_ptr(), schema);
         (private == pg_sys::InvalidOid, pg_sys::get_relname_relid(c"event_log".as_ptr(), schema))
     };
+    if log == pg_sys::InvalidOid {
+        return None;
+    }
     Some((if is_0_1 { Schema::V0_1 } else { Schema::Current }, log))
 }
 

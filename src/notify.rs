@@ -152,9 +152,26 @@ impl<'a> Payload<'a> {
 }
 
 /// RFC 3339, UTC, microseconds, `Z`: `2026-11-30T01:02:03.000004Z`.
+/// (Written digit by digit: the worker formats one time per event, and
+/// chrono's `format` parses its pattern on every call.)
 pub fn format_time(unix_us: i64) -> String {
+    use chrono::{Datelike, Timelike};
     let time = chrono::DateTime::from_timestamp_micros(unix_us).unwrap_or_default();
-    time.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+    let mut out = String::with_capacity(27);
+    let mut digits = |value: u32, width: u32, then: char| {
+        for place in (0..width).rev() {
+            out.push(char::from(b'0' + (value / 10u32.pow(place) % 10) as u8));
+        }
+        out.push(then);
+    };
+    digits(time.year().clamp(0, 9999) as u32, 4, '-');
+    digits(time.month(), 2, '-');
+    digits(time.day(), 2, 'T');
+    digits(time.hour(), 2, ':');
+    digits(time.minute(), 2, ':');
+    digits(time.second(), 2, '.');
+    digits(time.timestamp_subsec_micros(), 6, 'Z');
+    out
 }
 
 /// Drop the whitespace jsonb's output puts after `:` and `,` (and any other
@@ -270,6 +287,8 @@ mod tests {
     fn time_is_rfc3339_utc_with_microseconds() {
         assert_eq!(format_time(1_700_000_000_000_001), "2023-11-14T22:13:20.000001Z");
         assert_eq!(format_time(0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(format_time(1_796_000_523_000_004), "2026-11-30T01:02:03.000004Z");
+        assert_eq!(format_time(1_796_000_523_999_999), "2026-11-30T01:02:03.999999Z");
     }
 
     fn event(data: &str) -> Event<'_> {

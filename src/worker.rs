@@ -186,6 +186,13 @@ pub(crate) fn shutdown_requested() -> bool {
 /// After a failed round the worker splits visibility from notification (see
 /// delivery.rs): a visibility round on every wake, and a notification round
 /// when its own backoff allows, until notifications have caught up.
+///
+/// Under load a round starts at most every [`BUSY_ROUND_INTERVAL`]: after a
+/// round that made [`BUSY_ROUND_EVENTS`] or more positions final, the next
+/// one waits for the rest of the interval. A round costs the same whether it
+/// finds one event or a hundred, so at high rates this is what keeps the
+/// worker's CPU per event low, at the cost of at most that interval of
+/// latency; at low rates rounds find an event or two and start at once.
 fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
     let mut failures = 0u32;
     let mut split = false;
@@ -194,6 +201,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
     let mut next_summary = std::time::Instant::now() + SUMMARY_INTERVAL;
     let mut compacted = crate::commit_times::Compacted::default();
     let mut last_round = std::time::Instant::now();
+    let mut busy = false;
     loop {
         if entry.stop.load(Ordering::Acquire) {
             return; // exit 0: DROP DATABASE is waiting for us
@@ -213,6 +221,12 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
             start_webhook_worker(db);
         }
         let since_last = last_round.elapsed();
+        if busy && since_last < BUSY_ROUND_INTERVAL {
+            // Not on the latch: every commit sets it.
+            pause(BUSY_ROUND_INTERVAL - since_last);
+            continue;
+        }
+        busy = false;
         if !split && failures == 0 && since_last < gucs::idle_poll() && blocked_by_holder(db, entry) {
             // (No round ran since the flag was cleared, so no wait inside
             // one can have used up a publisher's SetLatch.)
@@ -235,7 +249,9 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
             Ok(Round::Done { horizon, delivered, newest, more }) => {
                 failures = 0;
                 visible_now = !more;
-                if entry.horizon.swap(horizon as u64, Ordering::Relaxed) != horizon as u64 {
+                let before = entry.horizon.swap(horizon as u64, Ordering::Relaxed);
+                busy = horizon as u64 >= before + BUSY_ROUND_EVENTS;
+                if before != horizon as u64 {
                     // Committed: long polls of subscriptions see the new horizon.
                     shmem::wake_pollers(db, None);
                 }
@@ -319,6 +335,28 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
 fn blocked_by_holder(db: pg_sys::Oid, entry: &DbEntry) -> bool {
     let horizon = entry.horizon.load(Ordering::Relaxed);
     entry.delivered.load(Ordering::Relaxed) == horizon && shmem::lowest_position_held(db) == Some(horizon + 1)
+}
+
+/// See [`serve`]: a round that made this many positions final counts as busy.
+const BUSY_ROUND_EVENTS: u64 = 4;
+
+/// See [`serve`]: under load, rounds start at most this often.
+const BUSY_ROUND_INTERVAL: Duration = Duration::from_millis(1);
+
+/// Sleep for `duration` (whole milliseconds, at least one), waking for
+/// nothing but the postmaster's death (which ends the process).
+fn pause(duration: Duration) {
+    let ms = duration.as_millis().clamp(1, i64::MAX as u128) as std::ffi::c_long;
+    // SAFETY: a plain timed wait on this process's latch, between rounds and outside any
+    // transaction; WL_EXIT_ON_PM_DEATH exits if the postmaster dies.
+    unsafe {
+        pg_sys::WaitLatch(
+            pg_sys::MyLatch,
+            (pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+            ms,
+            pg_sys::PG_WAIT_EXTENSION,
+        );
+    }
 }
 
 /// How often a worker waiting behind a holder looks at the slots again.
