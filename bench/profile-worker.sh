@@ -16,7 +16,7 @@ PGDATABASE=$db cluster_psql -X -q -c "CREATE EXTENSION litebase_streams"
 sleep 1
 worker="$(cluster_psql -X -At -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'litebase_streams worker' AND datname = '$db'")"
 [ -n "$worker" ] || die "no worker in $db"
-"$PG_BINDIR/pgbench" -n -h "$SOCKET_DIR" -p "$PGPORT" -U postgres -f "$REPO_ROOT/bench/publish.sql" \
+"$PG_BINDIR/pgbench" -n -h "$SOCKET_DIR" -p "$PGPORT" -U postgres -f "$REPO_ROOT/bench/${PROFILE_SCRIPT:-publish.sql}" \
     -c "$clients" -j 2 -T $((seconds + 3)) "$db" > /dev/null &
 sleep 2
 # The worker's CPU time (utime + stime, in clock ticks) and its rounds, before and after.

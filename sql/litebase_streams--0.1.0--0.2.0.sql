@@ -376,7 +376,7 @@ $$;
 -- Runs as the caller, who needs the 'publish' privilege on the stream
 -- (streams.grant; 42501 otherwise), and writes as the log's owner: nobody
 -- needs access to the tables. Implemented in Rust (src/publish.rs): a
--- position, then an INSERT through a kept plan.
+-- position, then the row appended as an INSERT would (src/append.rs).
 CREATE OR REPLACE FUNCTION streams.publish(stream text, data jsonb) RETURNS bigint
 LANGUAGE c VOLATILE SECURITY INVOKER
 AS 'MODULE_PATHNAME', 'litebase_streams_publish';

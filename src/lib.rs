@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use pgrx::prelude::*;
 
+mod append;
 mod commit_times;
 mod delivery;
 mod error;

@@ -2,14 +2,15 @@
 //! clear the announcement when the transaction ends.
 //!
 //! `streams.publish` and `streams.publish_batch` are C-level functions that
-//! insert through plans kept per backend, passing the caller's jsonb through
-//! untouched. Publishers never NOTIFY and never wait for one another; the
+//! append the rows directly (append.rs), passing the caller's jsonb through
+//! untouched, or through INSERT plans kept per backend when the table was
+//! changed. Publishers never NOTIFY and never wait for one another; the
 //! worker delivers after commit.
 //!
 //! They run as the caller (not SECURITY DEFINER), check the caller's publish
 //! privilege on the stream (privileges.rs), and then write as the owner of
-//! the log, the way a SECURITY DEFINER function would, through plans prepared
-//! under a pinned search_path (kept_plan.rs).
+//! the log, the way a SECURITY DEFINER function would; the INSERT plans are
+//! prepared and run under a pinned search_path (kept_plan.rs).
 //!
 //! The transaction callback is registered once, when the library is preloaded,
 //! and does nothing in transactions that did not publish. At commit and abort
@@ -21,6 +22,7 @@ use std::ffi::c_void;
 use pgrx::prelude::*;
 use pgrx::IntoDatum;
 
+use crate::append::Appender;
 use crate::error::{OrRaise, StreamsError};
 use crate::gucs;
 use crate::kept_plan::{spi, KeptPlan};
@@ -67,7 +69,7 @@ pub(crate) fn position_sequence() -> pg_sys::Oid {
 }
 
 /// `streams.publish(stream text, data jsonb) → bigint`, declared in
-/// sql/log.sql. A C-level function so that the caller's jsonb datum goes
+/// sql/streams.sql. A C-level function so that the caller's jsonb datum goes
 /// into the INSERT untouched, through a plan prepared once per backend: no
 /// parsing or planning per call, no conversion of the payload.
 ///
@@ -86,15 +88,16 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish(fcinfo: pg_sys::Functio
     let sequence = checked_stream(stream);
     let position = next_position(sequence);
     let stream = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0);
-    write_as_owner(sequence, &INSERT_EVENT, [pg_sys::Datum::from(position), stream, current_tx(), data]);
+    let mut row = [pg_sys::Datum::from(position), stream, current_tx(), data];
+    write_as_owner(sequence, std::iter::once(row), || INSERT_EVENT.execute(&mut row, pg_sys::SPI_OK_INSERT));
     pg_sys::Datum::from(position)
 }
 
 pg_decls::function_info_v1!(pg_finfo_litebase_streams_publish);
 
 /// `streams._publish_batch(stream text, data jsonb[]) → bigint[]`, behind
-/// `streams.publish_batch` (sql/log.sql): one position per element, in
-/// array order, then one INSERT of all rows through a kept plan.
+/// `streams.publish_batch` (sql/streams.sql): one position per element, in
+/// array order, then every row appended (or one INSERT of all of them).
 ///
 /// # Safety
 /// SAFETY: only fmgr calls it, as `streams._publish_batch(text, jsonb[])`, so `fcinfo` is valid
@@ -117,9 +120,13 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish_batch(fcinfo: pg_sys::F
         check_size(element);
     }
     let positions: Vec<i64> = elements.iter().map(|_| next_position(sequence)).collect();
-    let positions = positions.into_datum().expect("an array datum");
     let stream = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0);
-    write_as_owner(sequence, &INSERT_BATCH, [positions, stream, current_tx(), pg_sys::Datum::from(array)]);
+    let tx = current_tx();
+    let rows =
+        positions.iter().zip(&elements).map(|(&position, &data)| [pg_sys::Datum::from(position), stream, tx, data]);
+    let positions = positions.clone().into_datum().expect("an array datum");
+    let mut arrays = [positions, stream, tx, pg_sys::Datum::from(array)];
+    write_as_owner(sequence, rows, || INSERT_BATCH.execute(&mut arrays, pg_sys::SPI_OK_INSERT));
     positions
 }
 
@@ -148,8 +155,9 @@ unsafe fn array_elements(array: *mut pg_sys::ArrayType) -> Vec<pg_sys::Datum> {
 thread_local! {
     static INSERT_EVENT_PLAN: Cell<pg_sys::SPIPlanPtr> = const { Cell::new(std::ptr::null_mut()) };
     static INSERT_BATCH_PLAN: Cell<pg_sys::SPIPlanPtr> = const { Cell::new(std::ptr::null_mut()) };
-    /// (sequence, owner of the log) of the last publish.
-    static LOG_OWNER: Cell<(pg_sys::Oid, pg_sys::Oid)> = const { Cell::new((pg_sys::InvalidOid, pg_sys::InvalidOid)) };
+    /// (sequence, owner of the log, `streams.event_log`) of the last publish.
+    static LOG: Cell<(pg_sys::Oid, pg_sys::Oid, pg_sys::Oid)> =
+        const { Cell::new((pg_sys::InvalidOid, pg_sys::InvalidOid, pg_sys::InvalidOid)) };
 }
 
 static INSERT_EVENT: KeptPlan<4> = KeptPlan {
@@ -173,42 +181,63 @@ fn current_tx() -> pg_sys::Datum {
     pg_sys::Datum::from(unsafe { pg_sys::GetTopFullTransactionId() }.value)
 }
 
-/// Run an INSERT as the owner of the log (the caller's privilege to publish
-/// was checked before).
+/// Write `rows` (position, stream, tx, data; none null) as the owner of the
+/// log, the caller's privilege to publish checked before: appended directly
+/// (append.rs), or through `insert`, an INSERT of the same rows through SPI,
+/// when the table is not as the extension made it.
 ///
 /// # Safety
-/// SAFETY: call inside a transaction with `values` of `insert.types` (no nulls); SPI is connected
-/// and finished here, and an ERROR's (sub)transaction abort restores the user id and SPI.
-unsafe fn write_as_owner(sequence: pg_sys::Oid, insert: &'static KeptPlan<4>, mut values: [pg_sys::Datum; 4]) {
-    privileges::as_owner(log_owner(sequence), || {
-        spi::connect();
-        insert.execute(&mut values, pg_sys::SPI_OK_INSERT);
-        spi::finish();
+/// SAFETY: call inside a transaction; `insert` runs between SPI's connect and finish, and an
+/// ERROR's (sub)transaction abort restores the user id, SPI and what the appender opened.
+unsafe fn write_as_owner(sequence: pg_sys::Oid, rows: impl Iterator<Item = [pg_sys::Datum; 4]>, insert: impl FnOnce()) {
+    let (owner, log) = log_owner_and_table(sequence);
+    privileges::as_owner(owner, || match Appender::open(log) {
+        Some(mut appender) => {
+            for row in rows {
+                appender.append(row);
+            }
+            appender.close();
+        }
+        None => {
+            spi::connect();
+            insert();
+            spi::finish();
+        }
     });
 }
 
 /// The owner of the position sequence: the role that created the extension,
 /// which owns every table of the log (publish and subscriptions write as it).
 pub(crate) fn log_owner(sequence: pg_sys::Oid) -> pg_sys::Oid {
-    let (cached_for, owner) = LOG_OWNER.with(|o| o.get());
+    log_owner_and_table(sequence).0
+}
+
+/// The owner of the log (see [`log_owner`]) and its `streams.event_log`,
+/// looked up once per log (a re-created log has a new sequence).
+fn log_owner_and_table(sequence: pg_sys::Oid) -> (pg_sys::Oid, pg_sys::Oid) {
+    let (cached_for, owner, log) = LOG.with(|o| o.get());
     if cached_for == sequence {
-        return owner;
+        return (owner, log);
     }
-    // SAFETY: a syscache lookup of a relation we just resolved by name; the
-    // tuple is released before returning.
-    let owner = unsafe {
+    // SAFETY: syscache lookups of a relation we just resolved by name and of
+    // its schema's table; the tuple is released before returning.
+    let (owner, log) = unsafe {
         let tuple = pg_sys::SearchSysCache1(pg_sys::SysCacheIdentifier::RELOID as i32, pg_sys::Datum::from(sequence));
         if tuple.is_null() {
             StreamsError::MissingObject("sequence streams.position_seq").raise();
         }
         let data = (*tuple).t_data;
         let form = (data as *const u8).add((*data).t_hoff as usize) as *const pg_sys::FormData_pg_class;
-        let owner = (*form).relowner;
+        let (owner, schema) = ((*form).relowner, (*form).relnamespace);
         pg_sys::ReleaseSysCache(tuple);
-        owner
+        let log = pg_sys::get_relname_relid(c"event_log".as_ptr(), schema);
+        if log == pg_sys::InvalidOid {
+            StreamsError::MissingObject("table streams.event_log").raise();
+        }
+        (owner, log)
     };
-    LOG_OWNER.with(|o| o.set((sequence, owner)));
-    owner
+    LOG.with(|o| o.set((sequence, owner, log)));
+    (owner, log)
 }
 
 /// Refuse data larger than `litebase_streams.max_event_size` (54000).

@@ -341,7 +341,7 @@ fn blocked_by_holder(db: pg_sys::Oid, entry: &DbEntry) -> bool {
 const BUSY_ROUND_EVENTS: u64 = 4;
 
 /// See [`serve`]: under load, rounds start at most this often.
-const BUSY_ROUND_INTERVAL: Duration = Duration::from_millis(1);
+const BUSY_ROUND_INTERVAL: Duration = Duration::from_millis(2);
 
 /// Sleep for `duration` (whole milliseconds, at least one), waking for
 /// nothing but the postmaster's death (which ends the process).

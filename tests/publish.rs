@@ -289,3 +289,52 @@ fn granted_role_publishes_and_replays_without_table_access() {
     admin.batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", db.name)).unwrap();
     admin.batch_execute(&format!("DROP ROLE {app}; DROP ROLE {stranger}")).unwrap();
 }
+
+/// Publish appends rows without the executor while `streams.event_log` is as
+/// the extension made it. An owner who adds a CHECK constraint or an INSERT
+/// trigger to it still gets them applied (publish then inserts through SQL),
+/// and a value TOASTed in another table is stored whole, not as a pointer.
+#[test]
+fn a_changed_log_table_still_gets_what_an_insert_does() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    c.batch_execute(
+        "CREATE TABLE big (d jsonb);
+         INSERT INTO big SELECT jsonb_build_object('x', repeat('y', 1000000))",
+    )
+    .unwrap();
+    let external: bool = c.query_one("SELECT pg_column_size(d) < 100000 FROM big", &[]).unwrap().get(0);
+    assert!(external, "the source value is stored compressed (and out of line)");
+    let copied: i64 = c.query_one("SELECT streams.publish('orders', d) FROM big", &[]).unwrap().get(0);
+    wait_for_horizon(&mut c, copied);
+    let same: bool =
+        c.query_one("SELECT (SELECT data FROM streams.get($1)) = (SELECT d FROM big)", &[&copied]).unwrap().get(0);
+    assert!(same, "the event holds the whole value");
+
+    c.batch_execute("ALTER TABLE streams.event_log ADD CONSTRAINT short_names CHECK (length(stream) <= 8)").unwrap();
+    publish(&mut c, "orders", "{}");
+    for sql in [
+        "SELECT streams.publish('payment.success', '{}')",
+        "SELECT streams.publish_batch('payment.success', ARRAY['{}'::jsonb, '{}'])",
+    ] {
+        let err = c.batch_execute(sql).expect_err(sql);
+        assert_eq!(sqlstate(&err), "23514", "{sql}: {err}");
+    }
+    c.batch_execute(
+        "ALTER TABLE streams.event_log DROP CONSTRAINT short_names;
+         CREATE TABLE audit (position bigint);
+         CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN INSERT INTO public.audit VALUES (NEW.position); RETURN NEW; END $$;
+         CREATE TRIGGER audit AFTER INSERT ON streams.event_log FOR EACH ROW EXECUTE FUNCTION audit()",
+    )
+    .unwrap();
+    let audited = publish(&mut c, "payment.success", PAYMENT);
+    let batch: Vec<i64> = c
+        .query("SELECT streams.publish_batch('orders', ARRAY['{}'::jsonb, '{}'])", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let seen = event_positions(&mut c, "SELECT position FROM audit ORDER BY position");
+    assert_eq!(seen, [vec![audited], batch].concat(), "the trigger saw every published row");
+}
