@@ -513,8 +513,7 @@ fn read_events(
             data: data.as_deref(),
             private: is_private,
         };
-        let payload = encode_payload(&event)
-            .unwrap_or_else(|e| StreamsError::CorruptEvent { position, error: e.to_string() }.raise());
+        let payload = encode_payload(&event);
         let channel = CString::new(stream).expect("stream names hold no NUL");
         let payload = CString::new(payload).expect("JSON text holds no NUL");
         pg_decls::notify(&channel, &payload);

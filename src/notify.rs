@@ -8,9 +8,6 @@
 //! when it would not fit in one notification it is sent without `data` and
 //! marked `"truncated": true`.
 
-use serde::Serialize;
-use serde_json::value::RawValue;
-
 use crate::error::StreamsError;
 
 pub const MAX_STREAM_NAME_BYTES: usize = 63;
@@ -120,37 +117,6 @@ pub struct Event<'a> {
     pub private: bool,
 }
 
-#[derive(Serialize)]
-struct Payload<'a> {
-    position: i64,
-    stream: &'a str,
-    time: String,
-    tx: i64,
-    prev: i64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    data: Option<&'a RawValue>,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    truncated: bool,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    private: bool,
-}
-
-impl<'a> Payload<'a> {
-    /// The event's fields, no data yet.
-    fn without_data(event: &Event<'a>) -> Payload<'a> {
-        Payload {
-            position: event.position,
-            stream: event.stream,
-            time: format_time(event.time_us),
-            tx: event.tx,
-            prev: event.prev,
-            data: None,
-            truncated: false,
-            private: event.private,
-        }
-    }
-}
-
 /// RFC 3339, UTC, microseconds, `Z`: `2026-11-30T01:02:03.000004Z`.
 /// (Written digit by digit: the worker formats one time per event, and
 /// chrono's `format` parses its pattern on every call.)
@@ -175,14 +141,8 @@ pub fn format_time(unix_us: i64) -> String {
 }
 
 /// Drop the whitespace jsonb's output puts after `:` and `,` (and any other
-/// insignificant whitespace), leaving string contents untouched.
-pub fn compact_json(text: &str) -> String {
-    let mut out = Vec::with_capacity(text.len());
-    write_compact_json(&mut out, text).expect("writing into a Vec cannot fail");
-    String::from_utf8(out).expect("compaction removes ASCII whitespace only, so UTF-8 stays UTF-8")
-}
-
-/// [`compact_json`] into a writer, in runs between the dropped bytes.
+/// insignificant whitespace), leaving string contents untouched; written
+/// into `out` in runs between the dropped bytes.
 pub fn write_compact_json<W: std::io::Write>(out: &mut W, text: &str) -> std::io::Result<()> {
     let bytes = text.as_bytes();
     let (mut in_string, mut escaped, mut run_start) = (false, false, 0);
@@ -208,8 +168,9 @@ pub fn write_compact_json<W: std::io::Write>(out: &mut W, text: &str) -> std::io
 /// webhooks, which send what notifications truncate), written into `out`
 /// as it goes: the data is copied once, into `out`.
 pub fn write_full_payload<W: std::io::Write>(out: &mut W, event: &Event<'_>) -> std::io::Result<()> {
-    let head = serde_json::to_vec(&Payload { private: false, ..Payload::without_data(event) })?;
-    out.write_all(&head[..head.len() - 1])?; // without its closing brace
+    let mut head = Vec::with_capacity(160);
+    write_head(&mut head, event);
+    out.write_all(&head)?;
     out.write_all(b",\"data\":")?;
     write_compact_json(out, event.data.unwrap_or("null"))?;
     out.write_all(b"}")
@@ -218,27 +179,64 @@ pub fn write_full_payload<W: std::io::Write>(out: &mut W, event: &Event<'_>) -> 
 /// The notification payload of an event: compact JSON; without `data` and
 /// with `"private": true` for a private stream; without `data` and with
 /// `"truncated": true` when the full payload would not fit.
-pub fn encode_payload(event: &Event<'_>) -> Result<String, serde_json::Error> {
-    let mut payload = Payload::without_data(event);
+///
+/// Written by hand, in the field order of the DESIGN's contract: the worker
+/// encodes one per event, and the data is jsonb's own output (valid JSON,
+/// numbers exactly as stored: 49.00 stays 49.00), so it needs compacting,
+/// not parsing.
+pub fn encode_payload(event: &Event<'_>) -> String {
+    let data = event.data.filter(|text| !event.private && text.len() <= MAX_DATA_TEXT_BYTES);
+    let mut out = Vec::with_capacity(160 + data.map_or(0, str::len));
+    write_head(&mut out, event);
     if event.private {
-        return serde_json::to_string(&payload);
-    }
-    // RawValue validates the JSON and keeps numbers exactly as stored
-    // (49.00 stays 49.00) without building a tree.
-    let data = match event.data.filter(|text| text.len() <= MAX_DATA_TEXT_BYTES) {
-        Some(text) => Some(RawValue::from_string(compact_json(text))?),
-        None => None,
-    };
-    if let Some(data) = &data {
-        payload.data = Some(data);
-        let full = serde_json::to_string(&payload)?;
-        if full.len() <= MAX_PAYLOAD_BYTES {
-            return Ok(full);
+        out.extend_from_slice(b",\"private\":true");
+    } else {
+        let without_data = out.len();
+        if let Some(text) = data {
+            out.extend_from_slice(b",\"data\":");
+            write_compact_json(&mut out, text).expect("writing into a Vec cannot fail");
+        }
+        if data.is_none() || out.len() + 1 > MAX_PAYLOAD_BYTES {
+            out.truncate(without_data);
+            out.extend_from_slice(b",\"truncated\":true");
         }
     }
-    payload.data = None;
-    payload.truncated = true;
-    serde_json::to_string(&payload)
+    out.push(b'}');
+    String::from_utf8(out).expect("UTF-8 text and ASCII only")
+}
+
+/// `{"position":..,"stream":"..","time":"..","tx":..,"prev":..` (no closing brace).
+fn write_head(out: &mut Vec<u8>, event: &Event<'_>) {
+    use std::io::Write;
+    out.extend_from_slice(b"{\"position\":");
+    write!(out, "{}", event.position).expect("writing into a Vec cannot fail");
+    out.extend_from_slice(b",\"stream\":");
+    write_json_string(out, event.stream);
+    out.extend_from_slice(b",\"time\":\"");
+    out.extend_from_slice(format_time(event.time_us).as_bytes());
+    out.extend_from_slice(b"\",\"tx\":");
+    write!(out, "{},\"prev\":{}", event.tx, event.prev).expect("writing into a Vec cannot fail");
+}
+
+/// `text` as a JSON string. (Stream names need no escaping under the naming
+/// rule; a log restored from elsewhere is not trusted to follow it.)
+fn write_json_string(out: &mut Vec<u8>, text: &str) {
+    out.push(b'"');
+    for c in text.chars() {
+        match c {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            c if (c as u32) < 0x20 => {
+                use std::io::Write;
+                write!(out, "\\u{:04x}", c as u32).expect("writing into a Vec cannot fail");
+            }
+            c => {
+                let mut buf = [0; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+        }
+    }
+    out.push(b'"');
 }
 
 /// Data text longer than this cannot fit a payload even once compacted
@@ -317,7 +315,7 @@ mod tests {
     fn private_payload_never_carries_data() {
         let mut e = event(r#"{"secret": 1}"#);
         e.private = true;
-        let payload = encode_payload(&e).unwrap();
+        let payload = encode_payload(&e);
         let value: serde_json::Value = serde_json::from_str(&payload).unwrap();
         assert_eq!(value["private"], serde_json::Value::Bool(true));
         assert!(value.get("data").is_none() && !payload.contains("secret"));
@@ -328,14 +326,14 @@ mod tests {
     fn data_the_worker_did_not_read_is_sent_truncated() {
         let mut e = event("{}");
         e.data = None;
-        let value: serde_json::Value = serde_json::from_str(&encode_payload(&e).unwrap()).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&encode_payload(&e)).unwrap();
         assert_eq!(value["truncated"], serde_json::Value::Bool(true));
         assert!(value.get("data").is_none());
     }
 
     #[test]
     fn payload_is_compact_and_keeps_numbers_exact() {
-        let payload = encode_payload(&event(r#"{"amount": 49.00, "order_id": "ord_123"}"#)).unwrap();
+        let payload = encode_payload(&event(r#"{"amount": 49.00, "order_id": "ord_123"}"#));
         assert_eq!(
             payload,
             r#"{"position":7,"stream":"payment.success","time":"2023-11-14T22:13:20.000001Z","tx":812,"prev":3,"data":{"amount":49.00,"order_id":"ord_123"}}"#
@@ -355,6 +353,25 @@ mod tests {
     }
 
     #[test]
+    fn stream_names_are_escaped_as_json_strings() {
+        let mut e = event("{}");
+        e.stream = "odd\"name\\\u{1}";
+        let value: serde_json::Value = serde_json::from_str(&encode_payload(&e)).unwrap();
+        assert_eq!(value["stream"], "odd\"name\\\u{1}");
+        let mut full = Vec::new();
+        write_full_payload(&mut full, &e).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&full).unwrap();
+        assert_eq!(value["stream"], "odd\"name\\\u{1}");
+        assert_eq!(value["data"], serde_json::json!({}));
+    }
+
+    fn compact_json(text: &str) -> String {
+        let mut out = Vec::new();
+        write_compact_json(&mut out, text).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
     fn compaction_keeps_whitespace_inside_strings() {
         assert_eq!(compact_json(r#"{"a b": "c, d: \"e f\"", "n": [1, 2]}"#), r#"{"a b":"c, d: \"e f\"","n":[1,2]}"#);
     }
@@ -362,7 +379,7 @@ mod tests {
     #[test]
     fn oversized_payload_is_sent_truncated_without_data() {
         let big = format!(r#"{{"blob": "{}"}}"#, "x".repeat(20_000));
-        let payload = encode_payload(&event(&big)).unwrap();
+        let payload = encode_payload(&event(&big));
         let value: serde_json::Value = serde_json::from_str(&payload).unwrap();
         assert_eq!(value["truncated"], serde_json::Value::Bool(true));
         assert!(value.get("data").is_none());
@@ -372,9 +389,9 @@ mod tests {
 
     #[test]
     fn payload_at_the_limit_is_not_truncated() {
-        let overhead = encode_payload(&event(r#""""#)).unwrap().len();
+        let overhead = encode_payload(&event(r#""""#)).len();
         let fits = format!(r#""{}""#, "y".repeat(MAX_PAYLOAD_BYTES - overhead));
-        let payload = encode_payload(&event(&fits)).unwrap();
+        let payload = encode_payload(&event(&fits));
         assert_eq!(payload.len(), MAX_PAYLOAD_BYTES);
         assert!(!payload.contains("truncated"));
     }
