@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmarks of litebase_streams against the plain-PostgreSQL anchors.
 
-    make bench            full run (about 9 minutes): docs/benchmarks.md, docs/bench-*.png
+    make bench            full run (about 13 minutes): docs/benchmarks.md, docs/bench-*.png
     make bench QUICK=1    smoke run (under a minute): target/bench-quick/benchmarks.md
 
 The Makefile runs `setup install start` first (a release build of the extension
@@ -16,9 +16,13 @@ rotating order (A B C, B C A, C A B), and reports medians:
   1. publish throughput (pgbench, 1/8/32 clients): streams.publish vs a plain
      INSERT of the same row vs INSERT + pg_notify in the same transaction, with
      the delivery worker running and a LISTEN client draining "payment.success";
-     publish_batch of 100 events vs a 100-row INSERT; PgQ's pgq.insert_event at
+     publish_batch of 100 events vs a 100-row INSERT; publish vs plain INSERT
+     at 32 clients with synchronous_commit = off; PgQ's pgq.insert_event at
      the same client counts (not in a smoke run). The delivery worker's CPU per
      delivered event.
+ 1b. TPC-B with a publish (pgbench -i -s 10; 8/32 clients, 8 in a smoke run):
+     pgbench's TPC-B-like transaction alone, with one streams.publish before
+     END, and with the same row INSERTed into a plain table instead.
   2. delivery latency: commit -> notification received at a paced 1,000 events/s,
      and the worker's lag while pgbench publishes at the maximum rate, with
      synchronous commit and with synchronous_commit = off (32 clients).

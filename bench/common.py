@@ -355,11 +355,27 @@ class Bench:
                 raise BenchError(f"worker did not deliver up to position {target} in {timeout} s: {st}")
             time.sleep(0.005)
 
-    def run_pgbench(self, script, clients, secs, tag, pids=None, pgoptions=None):
+    def init_pgbench(self, scale):
+        """pgbench -i at this scale in the bench database (pgbench_accounts,
+        _branches, _tellers, _history; vacuumed, with primary keys); returns
+        the seconds it took."""
+        self._log_seq += 1
+        log = self.log_dir / f"{self._log_seq:03d}-pgbench-init-s{scale}.log"
+        cmd = [self.pgbench, "-i", "-q", "-s", str(scale), "-h", PGHOST, "-p", str(PGPORT), "-U", PGUSER, DB]
+        t = time.monotonic()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        took = time.monotonic() - t
+        log.write_text(f"$ {' '.join(cmd)}\n\n{r.stdout}\n{r.stderr}")
+        if r.returncode != 0:
+            raise BenchError(f"pgbench -i failed (exit {r.returncode}), see {log}:\n{r.stderr[-2000:]}")
+        return took
+
+    def run_pgbench(self, script, clients, secs, tag, pids=None, pgoptions=None, options=()):
+        """options: more pgbench options (e.g. ("-s", "10") for a script that reads :scale)."""
         self._log_seq += 1
         log = self.log_dir / f"{self._log_seq:03d}-pgbench-{tag}.log"
         cmd = [self.pgbench, "-n", "-f", str(HERE / script), "-c", str(clients),
-               "-j", str(min(2, clients)), "-T", str(secs),
+               "-j", str(min(2, clients)), "-T", str(secs), *options,
                "-h", PGHOST, "-p", str(PGPORT), "-U", PGUSER, DB]
         env = dict(os.environ, PGOPTIONS=pgoptions) if pgoptions else None
         meter = CpuMeter(self.postmaster).start(pids or {})

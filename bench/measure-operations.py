@@ -576,12 +576,12 @@ def sizes(conn):
                pg_relation_size('streams.event_log_pkey'),
                pg_relation_size('streams.event_log_stream_position'),
                pg_relation_size('streams.event_log_tx'),
-               pg_total_relation_size('streams.transactions'),
-               (SELECT count(*) FROM streams.transactions),
+               pg_total_relation_size('streams.commit_times'),
+               (SELECT count(*) FROM streams.commit_times),
                pg_total_relation_size('streams.horizon_state'),
                pg_database_size(current_database())""").fetchone()
     keys = ["event_log_table", "event_log_heap_main", "event_log_indexes", "pkey", "stream_position", "tx_brin",
-            "transactions_total", "transactions_rows", "horizon_state", "database"]
+            "commit_times_total", "commit_time_rows", "horizon_state", "database"]
     return dict(zip(keys, [int(x) for x in row]))
 
 
@@ -619,24 +619,26 @@ def phase_storage(a, n_events):
             a.wait_until_final(db)
             wal = wal_bytes(c, lsn)
             events = c.execute("SELECT count(*) FROM streams.event_log").fetchone()[0]
-            c.execute("VACUUM (ANALYZE) streams.event_log, streams.transactions")
+            c.execute("VACUUM (ANALYZE) streams.event_log, streams.commit_times")
             c.execute("CHECKPOINT")
             s = sizes(c)
             payload_bytes = c.execute("SELECT pg_column_size(%s::jsonb)", (PAYLOAD,)).fetchone()[0]
-        per = {k: (s[k] - base[k]) / events for k in s if k not in ("transactions_rows",)}
+        per = {k: (s[k] - base[k]) / events for k in s if k not in ("commit_time_rows",)}
         commit_ts = dir_bytes(a.data / "pg_commit_ts") - commit_ts
         res[db] = dict(events=events, per_tx=per_tx, fill_s=fill_s, payload_jsonb_bytes=payload_bytes,
-                       pg_commit_ts_bytes=commit_ts, transactions=s["transactions_rows"], wal_bytes=wal, wal_per_event=wal / events,
+                       pg_commit_ts_bytes=commit_ts, transactions=transactions if per_tx < 1000 else n_events // per_tx,
+                       commit_time_rows=s["commit_time_rows"], wal_bytes=wal, wal_per_event=wal / events,
                        sizes=s, per_event=per,
-                       streams_per_event=(s["event_log_table"] + s["event_log_indexes"] + s["transactions_total"]
+                       streams_per_event=(s["event_log_table"] + s["event_log_indexes"] + s["commit_times_total"]
                                           + s["horizon_state"]) / events)
         r = res[db]
         info(f"{per_tx} per transaction: {events:,} events in {fill_s:.0f} s; on disk {r['streams_per_event']:.0f} B/event "
              f"(event_log table {per['event_log_table']:.0f}, indexes {per['event_log_indexes']:.0f} "
              f"[pkey {per['pkey']:.0f}, stream {per['stream_position']:.0f}, tx brin {per['tx_brin']:.2f}], "
-             f"transactions {per['transactions_total']:.0f}); {r['streams_per_event'] * 1e6 / 2**20:.0f} MiB per million; "
+             f"commit_times {per['commit_times_total']:.1f} in {s['commit_time_rows']:,} rows); "
+             f"{r['streams_per_event'] * 1e6 / 2**20:.0f} MiB per million; "
              f"WAL {r['wal_per_event']:.0f} B/event; pg_commit_ts grew {commit_ts:,} B "
-             f"({commit_ts / max(1, s['transactions_rows']):.1f} B per publishing transaction)")
+             f"({commit_ts / max(1, r['transactions']):.1f} B per publishing transaction)")
     RESULTS["storage"] = res
 
 
@@ -655,9 +657,9 @@ def phase_tablespace(a):
                  "ALTER INDEX streams.event_log_pkey SET TABLESPACE ops_ts",
                  "ALTER INDEX streams.event_log_stream_position SET TABLESPACE ops_ts",
                  "ALTER INDEX streams.event_log_tx SET TABLESPACE ops_ts",
-                 "ALTER TABLE streams.transactions SET TABLESPACE ops_ts",
-                 "ALTER INDEX streams.transactions_pkey SET TABLESPACE ops_ts",
-                 "ALTER INDEX streams.transactions_committed_at SET TABLESPACE ops_ts"]
+                 "ALTER TABLE streams.commit_times SET TABLESPACE ops_ts",
+                 "ALTER INDEX streams.commit_times_pkey SET TABLESPACE ops_ts",
+                 "ALTER INDEX streams.commit_times_last_time SET TABLESPACE ops_ts"]
         t0 = time.perf_counter()
         with c.transaction():
             for m in moves:
@@ -831,9 +833,10 @@ def phase_backup(a, b):
     with b.connect("rs") as c:
         new = c.execute("SELECT streams.publish('ops.restore', %s)", (PAYLOAD,)).fetchone()[0]
         c.execute("SELECT streams.wait(%s, '10s')", (new,))
-        rows = c.execute("SELECT e.position, e.time, e.tx, t.era, t.time_exact FROM streams.events e "
-                         "JOIN streams.transactions t ON t.tx = e.tx AND t.era = streams._era(e.position, "
-                         "(SELECT h.era_bounds FROM streams.horizon_state h)) ORDER BY e.position").fetchall()
+        rows = c.execute("SELECT e.position, e.time, e.tx, streams._era(e.position, "
+                         "(SELECT h.era_bounds FROM streams.horizon_state h)), "
+                         "NOT EXISTS (SELECT FROM streams.commit_times c WHERE e.position = ANY (c.inexact)) "
+                         "FROM streams.events e ORDER BY e.position").fetchall()
         era_bounds = c.execute("SELECT era_bounds FROM streams.horizon_state").fetchone()[0]
         next_xid = int(str(c.execute("SELECT pg_current_xact_id()").fetchone()[0]))
     events = []
@@ -941,6 +944,9 @@ def main():
     ap.add_argument("--samples", type=int, default=1000, help="visibility latency samples per mode")
     ap.add_argument("--quick", action="store_true", help="smoke run: fewer events, samples and sizes")
     ap.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
+    ap.add_argument("--only", nargs="+", metavar="PHASE", help="run these phases only (install is always run): "
+                    "slots latency hold notify settings big storage tablespace monitor backup uninstall "
+                    "(tablespace needs storage); results go to results-only.json")
     args = ap.parse_args()
     if args.quick:
         args.events, args.samples = min(args.events, 20_000), min(args.samples, 100)
@@ -959,23 +965,28 @@ def main():
     say(f"machine: {RESULTS['machine']}")
     a, b = Cluster(args.port), Cluster(args.port + 1)
     try:
+        phases = [
+            ("slots", lambda: phase_slots(a)),
+            ("latency", lambda: phase_latency(a, args.samples)),
+            ("hold", lambda: phase_hold(a)),
+            ("notify", lambda: phase_notify(a)),
+            ("settings", lambda: phase_settings(a)),
+            ("big", lambda: phase_big(a, big_sizes, reps)),
+            ("storage", lambda: phase_storage(a, args.events)),
+            ("tablespace", lambda: phase_tablespace(a)),
+            ("monitor", lambda: phase_monitor(a)),
+            ("backup", lambda: phase_backup(a, b)),
+            ("uninstall", lambda: phase_uninstall(a)),
+        ]
         phase_install(a)
-        phase_slots(a)
-        phase_latency(a, args.samples)
-        phase_hold(a)
-        phase_notify(a)
-        phase_settings(a)
-        phase_big(a, big_sizes, reps)
-        phase_storage(a, args.events)
-        phase_tablespace(a)
-        phase_monitor(a)
-        phase_backup(a, b)
-        phase_uninstall(a)
+        for name, phase in phases:
+            if not args.only or name in args.only:
+                phase()
     finally:
         RESULTS["duration_s"] = time.time() - started
         RESULTS["machine"]["load_average_at_end"] = os.getloadavg()
         OUT.mkdir(parents=True, exist_ok=True)
-        out = OUT / ("results-quick.json" if args.quick else "results.json")
+        out = OUT / ("results-only.json" if args.only else "results-quick.json" if args.quick else "results.json")
         out.write_text(json.dumps(RESULTS, indent=1, default=str))
         say(f"results: {out} ({RESULTS['duration_s'] / 60:.1f} min)")
         if not args.keep:

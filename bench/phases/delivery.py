@@ -1,6 +1,6 @@
 """Live delivery, exactly once: every notification the LISTEN client should
-have received in sections 1 and 2, received once. Report only: it sums
-delivery(res) of every phase that defines it (publish, latency, lag)."""
+have received in sections 1, 1b and 2, received once. Report only: it sums
+delivery(res) of every phase that defines it (publish, tpcb, latency, lag)."""
 
 ORDER = 55
 
@@ -23,5 +23,5 @@ def values(res):
 def notes(res, short):
     if "exactly_once" not in short:
         return []
-    return ["**live delivery lost or duplicated notifications:** see sections 1 and 2; "
+    return ["**live delivery lost or duplicated notifications:** see sections 1, 1b and 2; "
             "latency figures cover the events that arrived."]

@@ -11,7 +11,7 @@ from common import (CHANNEL, DB, Listener, connect, f0, fms, info, parse_ts_ns, 
 
 ORDER = 21
 FULL = dict(lag_clients=16, lag_secs=15, async_clients=32)
-QUICK = dict(lag_clients=16, lag_secs=3, async_clients=32)
+QUICK = dict(lag_clients=16, lag_secs=2, async_clients=32)
 
 # litebase_streams.max_backlog for the second asynchronous-commit lag run:
 # off, to show what the default backpressure buys.

@@ -11,7 +11,7 @@ from common import (CHANNEL, DB, BenchError, Listener, _recv, connect, dsn, fms,
 
 ORDER = 20
 FULL = dict(lat_rate=1000, lat_secs=20, lat_warmup=1.0, lat_publishers=8)
-QUICK = dict(lat_rate=1000, lat_secs=4, lat_warmup=0.5, lat_publishers=8)
+QUICK = dict(lat_rate=1000, lat_secs=2, lat_warmup=0.5, lat_publishers=8)
 
 
 def run(b):

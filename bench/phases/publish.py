@@ -1,19 +1,21 @@
 """1. Publish throughput (pgbench, 1/8/32 clients): streams.publish vs a plain
 INSERT of the same row vs INSERT + pg_notify in the same transaction, with the
 delivery worker running and a LISTEN client draining "payment.success";
-publish_batch of 100 events vs a 100-row INSERT; PgQ's pgq.insert_event as a
-peer at pgq_clients (skipped, with the reason in the report, where the pgq
-extension cannot be installed). Also measures the storage of the
+publish_batch of 100 events vs a 100-row INSERT; publish vs plain INSERT at
+sync_off_clients with synchronous_commit = off (PGOPTIONS for pgbench, as the
+lag runs of section 2 set it); PgQ's pgq.insert_event as a peer at
+pgq_clients (skipped, with the reason in the report, where the pgq extension
+cannot be installed). Also measures the storage of the
 one-event-per-transaction runs (section 4)."""
 
 from common import (CHANNEL, DB, Listener, connect, f0, fx, info, med, reps_str, rotations, say)
 from phases.consume import ensure_pgq
 
 ORDER = 10
-FULL = dict(secs=8, reps=3, clients=[1, 8, 32], batch_clients=8, pgq_clients=[1, 8, 32])
+FULL = dict(secs=8, reps=3, clients=[1, 8, 32], batch_clients=8, sync_off_clients=32, pgq_clients=[1, 8, 32])
 # The smoke run installs PgQ and creates its queue but runs no PgQ pgbench: it
 # must stay under a minute (make test), and was at 55-58 s without it.
-QUICK = dict(secs=2, reps=1, clients=[1, 32], batch_clients=8, pgq_clients=[])
+QUICK = dict(secs=1, reps=1, clients=[1, 32], batch_clients=8, sync_off_clients=32, pgq_clients=[])
 
 # The three single-event methods (pgbench scripts in bench/), in report order.
 METHODS = [
@@ -26,6 +28,9 @@ BATCH_METHODS = [
     ("plain_batch", "100-row INSERT", "plain_insert_batch.sql"),
 ]
 BATCH_SIZE = 100
+# Publish vs plain INSERT again at cfg["sync_off_clients"], with synchronous_commit = off.
+SYNC_OFF_METHODS = METHODS[:2]
+SYNC_OFF = "-c synchronous_commit=off"
 # The peer, at cfg["pgq_clients"], interleaved with the three above.
 PGQ_METHOD = ("pgq", "PgQ insert_event", "pgq_insert.sql")
 PGQ_QUEUE = "bench_publish"
@@ -94,6 +99,7 @@ def run(b):
                     batch[key].append(r)
                     info(f"{label:<36} c={cfg['batch_clients']:<3} "
                          f"{r['events_per_s']:>10,.0f} events/s")
+            sync_off = _sync_off(b, c, pids)
             # Every notification must reach the LISTEN client exactly once:
             # one per event published on the channel, one per notify transaction.
             published = c.execute("SELECT count(*) FROM streams.event_log WHERE stream = %s",
@@ -102,10 +108,30 @@ def run(b):
             lst.wait_count(expected, 60)
     finally:
         received, _ = lst.finish()
-    b.res["throughput"] = dict(runs=runs, catchup=catchup, batch=batch,
+    b.res["throughput"] = dict(runs=runs, catchup=catchup, batch=batch, sync_off=sync_off,
                                listener=dict(expected=expected, received=received), pgq=pgq)
     if received != expected:
         info(f"WARNING: the LISTEN client received {received:,} notifications, expected {expected:,}")
+
+
+def _sync_off(b, c, pids):
+    """Publish vs plain INSERT with synchronous_commit = off for pgbench's
+    sessions (the server's setting is untouched, nothing to undo)."""
+    clients = b.cfg["sync_off_clients"]
+    say(f"publish vs plain INSERT, synchronous_commit = off, {clients} clients")
+    out = dict(clients=clients, runs={m[0]: [] for m in SYNC_OFF_METHODS}, catchup=[])
+    for order in rotations(SYNC_OFF_METHODS, b.cfg["reps"]):
+        for key, label, script in order:
+            c.execute("CHECKPOINT")
+            r = b.run_pgbench(script, clients, b.cfg["secs"], f"{key}-sync-off-c{clients}", pids,
+                              pgoptions=SYNC_OFF)
+            if key == "publish":
+                r["catchup_s"] = b.wait_delivered(c)
+                out["catchup"].append(r["catchup_s"])
+            out["runs"][key].append(r)
+            info(f"{label:<20} c={clients:<3} {r['tps']:>10,.0f} tps, synchronous_commit = off"
+                 + (f"  (delivered {r['catchup_s'] * 1000:.0f} ms after the run)" if "catchup_s" in r else ""))
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -120,16 +146,27 @@ def tps_med(res, key, n):
     return med([r["tps"] for r in res["throughput"]["runs"][key][n]])
 
 
-def cpu_med(res, key, n, what):
-    v = [r["cpu"].get(what) for r in res["throughput"]["runs"][key][n] if r["cpu"].get(what) is not None]
+def runs_cpu(runs, what):
+    """Median CPU share of these pgbench runs: "machine" (% of all CPUs),
+    "server", "worker", "listener" (% of one CPU)."""
+    v = [r["cpu"][what] for r in runs if r["cpu"].get(what) is not None]
     return med(v) if v else float("nan")
+
+
+def runs_server_us(runs, per_xact=1):
+    """Median server CPU time per event of these pgbench runs (every process
+    of the cluster, µs; per_xact events per transaction)."""
+    v = [r["cpu"]["server_s"] * 1e6 / (r["xacts"] * per_xact) for r in runs if "server_s" in r["cpu"]]
+    return med(v) if v else float("nan")
+
+
+def cpu_med(res, key, n, what):
+    return runs_cpu(res["throughput"]["runs"][key][n], what)
 
 
 def cpu_us(res, key, n):
     """Server CPU time per event (every process of the cluster, µs)."""
-    v = [r["cpu"]["server_s"] * 1e6 / r["xacts"] for r in res["throughput"]["runs"][key][n]
-         if "server_s" in r["cpu"]]
-    return med(v) if v else float("nan")
+    return runs_server_us(res["throughput"]["runs"][key][n])
 
 
 def worker_us(res, n):
@@ -145,12 +182,29 @@ def _pgq_clients(res):
     return [n for n in res["config"]["clients"] if n in res["throughput"]["runs"].get("pgq", {})]
 
 
+def batch_med(res, key):
+    return med([r["events_per_s"] for r in res["throughput"]["batch"][key]])
+
+
+def sync_off_med(res, key):
+    return med([r["tps"] for r in res["throughput"]["sync_off"]["runs"][key]])
+
+
 def values(res):
-    top = _top(res)
+    top, clients = _top(res), res["config"]["clients"]
     pub, plain, notif = (tps_med(res, k, top) for k in ("publish", "plain", "notify"))
+    so = res["throughput"].get("sync_off")  # none in an older results.json
     out = {
         "publish_vs_plain": dict(value=pub / plain, top=top),
+        # The lowest ratio: as fast at every client count.
+        "publish_vs_plain_lowest": dict(
+            value=min(tps_med(res, "publish", n) / tps_med(res, "plain", n) for n in clients),
+            clients="/".join(str(n) for n in clients)),
+        "publish_async_vs_plain": dict(value=sync_off_med(res, "publish") / sync_off_med(res, "plain"),
+                                       clients=so["clients"]) if so else None,
         "publish_vs_notify": dict(value=pub / notif, top=top),
+        "batch_vs_insert": dict(value=batch_med(res, "publish_batch") / batch_med(res, "plain_batch"),
+                                clients=res["config"]["batch_clients"]),
         "worker_us": dict(value=worker_us(res, top), top=top),
     }
     pq = _pgq_clients(res)
@@ -186,6 +240,29 @@ def notes(res, short):
             "most of the rest is the publish path itself (privilege check, position "
             "allocation, the INSERT through SPI). The Python LISTEN client used another "
             f"{cpu_med(res, 'publish', top, 'listener'):.0f}% of one CPU, outside the server.")
+    if "publish_vs_plain_lowest" in short:
+        out.append(
+            "**publish vs plain INSERT, every client count:** " + "; ".join(
+                f"{n} client{'s' if n != 1 else ''}: {tps_med(res, 'publish', n) / tps_med(res, 'plain', n):.2f}x "
+                f"(server CPU per event {cpu_us(res, 'publish', n):.0f} µs against {cpu_us(res, 'plain', n):.0f} µs)"
+                for n in res["config"]["clients"]) + ".")
+    if "publish_async_vs_plain" in short:
+        so = res["throughput"]["sync_off"]
+        pub_runs, plain_runs = so["runs"]["publish"], so["runs"]["plain"]
+        out.append(
+            f"**publish vs plain INSERT, synchronous_commit = off ({so['clients']} clients):** "
+            f"{sync_off_med(res, 'publish'):,.0f} against {sync_off_med(res, 'plain'):,.0f} tps; the CPUs were "
+            f"{runs_cpu(pub_runs, 'machine'):.0f}% busy during publish runs and "
+            f"{runs_cpu(plain_runs, 'machine'):.0f}% during plain INSERT runs; the server spent "
+            f"{runs_server_us(pub_runs):.0f} µs of CPU per published event against "
+            f"{runs_server_us(plain_runs):.0f} µs per plain INSERT, the delivery worker "
+            f"{runs_cpu(pub_runs, 'worker'):.0f}% of one CPU.")
+    if "batch_vs_insert" in short:
+        batch = res["throughput"]["batch"]
+        out.append(
+            f"**publish_batch vs a 100-row INSERT ({res['config']['batch_clients']} clients):** server CPU per event "
+            f"{runs_server_us(batch['publish_batch'], BATCH_SIZE):.1f} µs against "
+            f"{runs_server_us(batch['plain_batch'], BATCH_SIZE):.1f} µs.")
     if "publish_vs_notify" in short:
         out.append(
             f"**publish vs INSERT + pg_notify ({top} clients):** INSERT + pg_notify ran at "
@@ -307,12 +384,29 @@ def section(res, w):
     w("| --- | --- | --- | --- |")
     for key, label, _ in BATCH_METHODS:
         v = [r["events_per_s"] for r in batch[key]]
-        cu_ = [r["cpu"]["server_s"] * 1e6 / (r["xacts"] * BATCH_SIZE) for r in batch[key]
-               if "server_s" in r["cpu"]]
-        w(f"| {label} | {f0(med(v))} | {reps_str(v)} | "
-          + (f"{med(cu_):.1f} µs" if cu_ else "n/a") + " |")
+        cu_ = runs_server_us(batch[key], BATCH_SIZE)
+        w(f"| {label} | {f0(med(v))} | {reps_str(v)} | " + ("n/a" if cu_ != cu_ else f"{cu_:.1f} µs") + " |")
     w(f"| ratio publish_batch / INSERT | {fx(bp / bi)} | | |")
     w("")
+    so = tp.get("sync_off")
+    if so:
+        w(f"**`synchronous_commit = off`** ({so['clients']} clients, `PGOPTIONS='{SYNC_OFF}'` for pgbench's "
+          "sessions, the server's setting untouched; `bench/publish.sql` and `bench/plain_insert.sql`, "
+          + ("interleaved in rotating order" if cfg["reps"] > 1 else "one run each")
+          + ", each after a `CHECKPOINT`, in the same run as the table above):")
+        w("")
+        w("| method | tps | runs | server CPU per event | worker |")
+        w("| --- | --- | --- | --- | --- |")
+        for key, label, _ in SYNC_OFF_METHODS:
+            v = [r["tps"] for r in so["runs"][key]]
+            wk = runs_cpu(so["runs"][key], "worker") if key == "publish" else float("nan")
+            w(f"| {label} | {f0(med(v))} | {reps_str(v)} | {runs_server_us(so['runs'][key]):.0f} µs | "
+              + ("" if wk != wk else f"{wk:.0f}% of one CPU") + " |")
+        w(f"| ratio publish / plain INSERT | {fx(sync_off_med(res, 'publish') / sync_off_med(res, 'plain'))} | | | |")
+        w("")
+        w(f"After each of these publish runs the worker had delivered every event within "
+          f"{max(so['catchup']) * 1000:.0f} ms of pgbench finishing.")
+        w("")
 
 
 def plots(res, out_dir):

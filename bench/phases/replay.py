@@ -166,11 +166,14 @@ END $$"""
 # --------------------------------------------------------------------------
 
 def values(res):
-    eps = res["replay"]["events_per_s"]["server"]
+    rep = res["replay"]
+    eps = rep["events_per_s"]["server"]
     return {
         "replay_vs_raw": dict(value=eps["replay"] / eps["raw"]),
         "replay_granted_vs_owner": dict(value=eps["replay_granted"] / eps["replay"]),
         "view_vs_raw": dict(value=eps["view"] / eps["raw"]),
+        "replay_stream_vs_raw": dict(value=eps["replay_stream"] / eps["raw_stream"],
+                                     n=f0(rep["rows"]["replay_stream"])) if "replay_stream" in eps else None,
     }
 
 
@@ -185,10 +188,16 @@ def plan_shape(lines):
 
 
 def notes(res, short):
-    if not short & {"replay_vs_raw", "replay_granted_vs_owner", "view_vs_raw"}:
+    if not short & {"replay_vs_raw", "replay_granted_vs_owner", "view_vs_raw", "replay_stream_vs_raw"}:
         return []
     rep = res["replay"]
     e = rep["events_per_s"]
+    one_stream = ""
+    if "replay_stream_vs_raw" in short:
+        one_stream = (
+            f" One stream: `{plan_shape(rep['plans']['replay_stream']['server'])}` against "
+            f"`{plan_shape(rep['plans']['raw_stream']['server'])}`; to a client "
+            f"{e['copy']['replay_stream'] / e['copy']['raw_stream']:.2f}x.")
     return [
         "**replay:** `streams.replay()` is inlined into the query and reads through the "
         "`streams.events` view, which adds the horizon test and each event's commit time "
@@ -198,7 +207,7 @@ def notes(res, short):
         f"for the raw scan. Received by a client (COPY), the gap narrows to "
         f"{e['copy']['replay'] / e['copy']['raw']:.2f}x (replay) and "
         f"{e['copy']['view'] / e['copy']['raw']:.2f}x (view), since formatting and sending rows "
-        "costs the same on both sides."]
+        "costs the same on both sides." + one_stream]
 
 
 def section(res, w):
