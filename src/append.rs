@@ -8,7 +8,7 @@
 //! which is what [`Appender`] does, the way COPY does it.
 //!
 //! Only while the table is as the extension made it: four columns, no INSERT
-//! trigger, no CHECK constraint, no forced row-level security, and indexes on
+//! trigger or rule, no CHECK constraint, no forced row-level security, and indexes on
 //! plain columns only (no expression, predicate or exclusion constraint,
 //! which would run functions). Otherwise [`Appender::open`] answers `None`
 //! and publish inserts through SPI as before, so a table someone changed
@@ -103,7 +103,7 @@ impl Appender {
     }
 }
 
-/// A plain table of four live columns, without INSERT triggers, CHECK
+/// A plain table of four live columns, without INSERT triggers, rules, CHECK
 /// constraints or forced row-level security.
 ///
 /// # Safety
@@ -128,6 +128,7 @@ unsafe fn plain_table(rel: pg_sys::Relation) -> bool {
         && !insert_triggers
         && !checks
         && !form.relforcerowsecurity
+        && !form.relhasrules
 }
 
 /// Every index is on plain columns: no expression, predicate or exclusion

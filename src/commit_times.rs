@@ -70,7 +70,10 @@ impl Recorder {
     /// time is lost (the row then lists it as inexact).
     pub fn add(&mut self, position: i64, exact: Option<TimestampWithTimeZone>) -> TimestampWithTimeZone {
         let time = exact.unwrap_or(self.now);
-        let extends = self.rows.last().is_some_and(|row| position - row.end() <= MAX_GAP);
+        // A row spans at most MERGED_SPAN positions: whatever the gaps, a
+        // round's memory and every reader's copy of a row stay small.
+        let extends =
+            self.rows.last().is_some_and(|row| position - row.end() <= MAX_GAP && position - row.first < MERGED_SPAN);
         if !extends {
             self.rows.push(Row { first: position, times: Vec::new(), inexact: Vec::new() });
         }
@@ -178,6 +181,9 @@ pub(crate) struct Compacted {
 /// start for a new table: a re-created log). Nothing when the database's
 /// schema has no commit times (0.1.0).
 pub(crate) fn compact(client: &mut SpiClient<'_>, done: &mut Compacted) -> SpiResult<()> {
+    if crate::delivery::extension_log().is_none() {
+        return Ok(());
+    }
     // SAFETY: catalog lookups by name inside the worker's transaction; missing_ok.
     let table = unsafe {
         let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), true);
@@ -215,7 +221,16 @@ fn compact_after(client: &mut SpiClient<'_>, after: i64) -> SpiResult<i64> {
         for row in client.select(&read, None, &[first.into(), last.into()])? {
             let start = row.get::<i64>(1)?.unwrap_or(first);
             let times = row.get::<Vec<Option<TimestampWithTimeZone>>>(2)?.unwrap_or_default();
-            let gap = (start - merged.end()) as usize;
+            // Rows written by the worker never overlap, and a run spans at
+            // most MERGED_SPAN positions; anything else is not merged.
+            let gap = match start.checked_sub(merged.end()) {
+                Some(gap) if (0..=MERGED_SPAN).contains(&gap) => gap as usize,
+                _ => StreamsError::Spi {
+                    doing: "merging commit times",
+                    error: format!("overlapping or distant rows at {start}"),
+                }
+                .raise(),
+            };
             reserve(&mut merged.times, gap + times.len());
             merged.times.resize(merged.times.len() + gap, NO_EVENT);
             merged.times.extend(times.into_iter().map(|t| t.map_or(NO_EVENT, TimestampWithTimeZone::into_inner)));
@@ -243,7 +258,8 @@ fn plan_merges(rows: &[(i64, i64)]) -> Vec<std::ops::Range<usize>> {
         let mut end = start;
         while end < rows.len() {
             let (position, length) = rows[end];
-            if length >= SHORT_ROW || position + length - first > MERGED_SPAN {
+            let span = i128::from(position) + i128::from(length) - i128::from(first);
+            if length >= SHORT_ROW || span > i128::from(MERGED_SPAN) {
                 break;
             }
             end += 1;
@@ -322,7 +338,8 @@ static LOOKUP: KeptPlan<1> = KeptPlan {
 
 impl KeptRow {
     fn covers(&self, position: i64) -> bool {
-        self.count > 0 && position >= self.first && position - self.first < self.count
+        // Checked: a row forged near i64::MIN must not wrap into an index.
+        position.checked_sub(self.first).is_some_and(|offset| offset >= 0 && offset < self.count)
     }
 
     /// # Safety

@@ -220,6 +220,68 @@ fn merged_commit_times_keep_every_events_time() {
     }
 }
 
+/// Rolled-back positions leave gaps in the timeline. A round that makes
+/// events final across many of them writes rows of commit times that span
+/// at most 4,096 positions (so a round's memory follows its events and a
+/// reader's copy of a row stays small), and each event keeps its time.
+#[test]
+fn rows_of_commit_times_span_at_most_4096_positions() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN").unwrap();
+    let held = publish(&mut holder, "orders", "{}");
+    // Twelve events, each after 1,000 rolled-back positions: one round makes
+    // them final once the holder commits.
+    c.batch_execute(
+        "DO $$ BEGIN
+           FOR i IN 1..12 LOOP
+             PERFORM streams.publish_batch('orders', array_fill('{}'::jsonb, ARRAY[1000]));
+             ROLLBACK;
+             PERFORM streams.publish('orders', '{}');
+             COMMIT;
+           END LOOP;
+         END $$",
+    )
+    .unwrap();
+    holder.batch_execute("COMMIT").unwrap();
+    let newest: i64 = c.query_one("SELECT max(position) FROM streams.event_log", &[]).unwrap().get(0);
+    assert!(newest - held > 12_000, "the events are spread over more than 12,000 positions");
+    wait_for_horizon(&mut c, newest);
+    let widest: i32 = c.query_one("SELECT max(cardinality(times)) FROM streams.commit_times", &[]).unwrap().get(0);
+    assert!(widest <= 4096, "a row spans {widest} positions");
+    let wrong: i64 = c
+        .query_one(
+            "SELECT count(*) FROM streams.events WHERE time IS DISTINCT FROM pg_xact_commit_timestamp(tx::text::xid)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(wrong, 0, "every event has its transaction's commit time");
+}
+
+/// A superuser can insert into `streams.commit_times` (only UPDATE, DELETE
+/// and TRUNCATE are refused); a row at an absurd position must not make
+/// reading a time crash the server.
+#[test]
+fn a_stray_commit_times_row_crashes_nothing() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    let position = publish(&mut c, "orders", "{}");
+    wait_for_horizon(&mut c, position);
+    c.batch_execute(
+        "INSERT INTO streams.commit_times VALUES (-9223372036854775808, ARRAY[now()], now());
+         INSERT INTO streams.commit_times VALUES (9223372036854775807, ARRAY[now()], now())",
+    )
+    .unwrap();
+    for probe in [0i64, -1, i64::MIN, i64::MAX, position + 1] {
+        let time: Option<SystemTime> = c.query_one("SELECT streams._commit_time($1)", &[&probe]).unwrap().get(0);
+        assert!(probe == i64::MIN || probe == i64::MAX || time.is_none(), "{probe}: {time:?}");
+    }
+    let time: Option<SystemTime> = c.query_one("SELECT time FROM streams.get($1)", &[&position]).unwrap().get(0);
+    assert!(time.is_some());
+}
+
 /// `streams.wait` returns true once an event is visible to the caller's next
 /// statement: false while an older publishing transaction holds it back, and
 /// woken (not polling out its safety-net sleep of 10 s) when it commits.

@@ -489,3 +489,63 @@ fn readme_grant_recipes_work_for_their_roles() {
     let row = ops_client.query_one("SELECT worker_pid, horizon, log_id IS NOT NULL FROM streams.status", &[]).unwrap();
     assert_eq!(row.get::<_, Option<i32>>(0), Some(db.wait_for_worker()));
 }
+
+/// The extension's schema is dropped and, in the same transaction, the database's
+/// owner (not a superuser) creates a look-alike `streams` schema whose
+/// `horizon_state` has a trigger. The worker runs as a superuser and by
+/// name: it must see that these tables are not the extension's and leave,
+/// never running the trigger.
+#[test]
+fn the_worker_never_serves_a_look_alike_schema() {
+    let db = TestDb::new();
+    let squatter = TestRole::new(&db, "squatter", "");
+    let mut admin_client = db.connect();
+    publish(&mut admin_client, "orders", "{}");
+    db.wait_for_worker();
+    admin_client
+        .batch_execute(&format!(
+            "ALTER DATABASE {db} OWNER TO {role};
+             CREATE TABLE public.evidence (who text);
+             GRANT INSERT ON public.evidence TO PUBLIC;
+             BEGIN;
+             DROP SCHEMA streams CASCADE;
+             SET ROLE {role};
+             CREATE SCHEMA streams;
+             CREATE TABLE streams.event_log (position bigint, stream text, tx xid8, data jsonb);
+             CREATE TABLE streams.private_streams (stream text);
+             CREATE TABLE streams.position_seq (last_value bigint, is_called boolean);
+             INSERT INTO streams.position_seq VALUES (10, true);
+             CREATE TABLE streams.horizon_state (id boolean PRIMARY KEY, horizon bigint, delivered bigint,
+                                                 system_identifier bigint, era_bounds bigint[]);
+             INSERT INTO streams.horizon_state VALUES (true, 5, NULL, NULL, NULL);
+             CREATE TABLE streams.commit_times (first_position bigint, times timestamptz[], last_time timestamptz,
+                                                inexact bigint[]);
+             CREATE FUNCTION public.pwn() RETURNS trigger LANGUAGE plpgsql AS
+                 $$ BEGIN INSERT INTO public.evidence VALUES (current_user); RETURN NEW; END $$;
+             CREATE TRIGGER pwn BEFORE INSERT OR UPDATE ON streams.horizon_state
+                 FOR EACH ROW EXECUTE FUNCTION public.pwn();
+             CREATE TRIGGER pwn BEFORE INSERT OR UPDATE ON streams.commit_times
+                 FOR EACH ROW EXECUTE FUNCTION public.pwn();
+             RESET ROLE;
+             COMMIT;",
+            db = db.name,
+            role = squatter.name
+        ))
+        .unwrap();
+    wait_until("the worker leaves the database", Duration::from_secs(20), || {
+        let workers: i64 = admin_client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND backend_type = 'litebase_streams worker'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        workers == 0
+    });
+    let ran: Vec<String> =
+        admin_client.query("SELECT who FROM public.evidence", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert!(ran.is_empty(), "the worker ran the look-alike's trigger as {ran:?}");
+    assert!(!is_superuser(&squatter.name));
+    admin_client.batch_execute(&format!("ALTER DATABASE {} OWNER TO CURRENT_USER", db.name)).unwrap();
+}
