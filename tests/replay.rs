@@ -7,6 +7,17 @@ use common::*;
 use postgres::Client;
 use std::time::{Duration, SystemTime};
 
+/// How many final events have a `time` other than their transaction's
+/// commit time.
+fn events_without_their_commit_time(c: &mut Client) -> i64 {
+    c.query_one(
+        "SELECT count(*) FROM streams.events WHERE time IS DISTINCT FROM pg_xact_commit_timestamp(tx::text::xid)",
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}
+
 /// Publishes, in separate transactions: orders.created, payment.success,
 /// payment.failed, payments (not matched by 'payment.*'), payment.success.
 fn seed(c: &mut Client) -> Vec<i64> {
@@ -198,14 +209,7 @@ fn merged_commit_times_keep_every_events_time() {
     wait_until("the worker merges the rows of commit times into one", Duration::from_secs(30), || {
         c.query_one("SELECT count(*) FROM streams.commit_times", &[]).unwrap().get::<_, i64>(0) == 1
     });
-    let wrong: i64 = c
-        .query_one(
-            "SELECT count(*) FROM streams.events WHERE time IS DISTINCT FROM pg_xact_commit_timestamp(tx::text::xid)",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    assert_eq!(wrong, 0, "every event has its transaction's commit time");
+    assert_eq!(events_without_their_commit_time(&mut c), 0);
     let events: Vec<(i64, SystemTime)> = c
         .query("SELECT position, time FROM streams.events ORDER BY position", &[])
         .unwrap()
@@ -250,14 +254,7 @@ fn rows_of_commit_times_span_at_most_4096_positions() {
     wait_for_horizon(&mut c, newest);
     let widest: i32 = c.query_one("SELECT max(cardinality(times)) FROM streams.commit_times", &[]).unwrap().get(0);
     assert!(widest <= 4096, "a row spans {widest} positions");
-    let wrong: i64 = c
-        .query_one(
-            "SELECT count(*) FROM streams.events WHERE time IS DISTINCT FROM pg_xact_commit_timestamp(tx::text::xid)",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    assert_eq!(wrong, 0, "every event has its transaction's commit time");
+    assert_eq!(events_without_their_commit_time(&mut c), 0);
 }
 
 /// A superuser can insert into `streams.commit_times` (only UPDATE, DELETE
