@@ -120,7 +120,7 @@ def config(phases, quick):
     return cfg
 
 
-def run_only(b, ph, work_dir, out_dir):
+def run_only(b, ph, work_dir, out_dir, quick):
     """--only <phase>: that phase alone, its figures merged into the last
     run's results.json (the other sections keep theirs)."""
     if not getattr(ph, "OWN_DB", False):
@@ -135,6 +135,8 @@ def run_only(b, ph, work_dir, out_dir):
         for k in set(b.res) - before:
             res[k] = b.res[k]
         res["config"].update({k: b.cfg[k] for k in getattr(ph, "FULL", {})})
+        if hasattr(ph, "finish"):  # growth keeps its figures in docs/bench-growth.json
+            ph.finish(res, out_dir, quick)
         path.write_text(json.dumps(res, indent=1, default=str))
         try:
             return report(res, out_dir)
@@ -183,7 +185,7 @@ def main():
     b.machine()
     b.find_postmaster()
     if args.only:
-        return run_only(b, runnable[args.only], work_dir, out_dir)
+        return run_only(b, runnable[args.only], work_dir, out_dir, args.quick)
     # Every phase in ORDER; the optional ones (growth) last, with --large or --quick.
     order = [ph for ph in runnable.values() if not getattr(ph, "OPTIONAL", False)]
     if args.large or args.quick:
