@@ -7,8 +7,9 @@
 //! 1`. Three parts:
 //!
 //! - [`Recorder`] builds a round's rows as the worker reads the round's
-//!   events (a gap of more than [`MAX_GAP`] unused positions starts a new
-//!   row, so a round's memory follows its events, not its positions).
+//!   events (a gap of more than [`MAX_GAP`] unused positions, or a row
+//!   reaching [`MERGED_SPAN`] positions, starts a new row, so a round's
+//!   memory follows its events, not its positions).
 //! - [`compact`] merges short rows (rounds at low rates hold an event or two)
 //!   into rows of up to [`MERGED_SPAN`] positions, every few seconds: a row
 //!   per round would cost as much space as a row per transaction.
@@ -28,10 +29,10 @@ use crate::error::StreamsError;
 use crate::kept_plan::{spi, KeptPlan};
 
 /// A run of more unused positions than this starts a new row.
-pub(crate) const MAX_GAP: i64 = 1024;
+const MAX_GAP: i64 = 1024;
 
 /// Rows are merged into rows of at most this many positions.
-pub(crate) const MERGED_SPAN: i64 = 4096;
+const MERGED_SPAN: i64 = 4096;
 
 /// A row shorter than this is merged with its neighbours.
 const SHORT_ROW: i64 = MERGED_SPAN / 4;
@@ -78,9 +79,7 @@ impl Recorder {
             self.rows.push(Row { first: position, times: Vec::new(), inexact: Vec::new() });
         }
         let row = self.rows.last_mut().expect("pushed above");
-        let gap = (position - row.end()) as usize;
-        reserve(&mut row.times, gap + 1);
-        row.times.resize(row.times.len() + gap, NO_EVENT);
+        row.fill_to(position, 1);
         row.times.push(time.into_inner());
         if exact.is_none() {
             reserve(&mut row.inexact, 1);
@@ -98,8 +97,7 @@ impl Recorder {
     /// Insert the rows.
     pub fn save(self, client: &mut SpiClient<'_>, insert: &OwnedPreparedStatement) -> SpiResult<()> {
         for row in &self.rows {
-            let last_time = row.times.iter().copied().max().expect("a row holds an event");
-            insert_row(client, insert, row.first, &row.times, last_time, &row.inexact)?;
+            insert_row(client, insert, row)?;
         }
         Ok(())
     }
@@ -109,6 +107,14 @@ impl Row {
     /// The position after the last one in the row.
     fn end(&self) -> i64 {
         self.first + self.times.len() as i64
+    }
+
+    /// Mark the unused positions up to `position` (not yet in the row),
+    /// with room for `more` times after them.
+    fn fill_to(&mut self, position: i64, more: usize) {
+        let gap = (position - self.end()) as usize;
+        reserve(&mut self.times, gap + more);
+        self.times.resize(self.times.len() + gap, NO_EVENT);
     }
 }
 
@@ -128,19 +134,13 @@ pub(crate) const INSERT: &str = "INSERT INTO streams.commit_times (first_positio
 pub(crate) const INSERT_TYPES: [pg_sys::Oid; 4] =
     [pg_sys::INT8OID, pg_sys::TIMESTAMPTZARRAYOID, pg_sys::TIMESTAMPTZOID, pg_sys::INT8ARRAYOID];
 
-fn insert_row(
-    client: &mut SpiClient<'_>,
-    insert: &OwnedPreparedStatement,
-    first: i64,
-    times: &[i64],
-    last_time: i64,
-    inexact: &[i64],
-) -> SpiResult<()> {
+/// Insert `row`, with the latest of its times as `last_time`.
+fn insert_row(client: &mut SpiClient<'_>, insert: &OwnedPreparedStatement, row: &Row) -> SpiResult<()> {
     // SAFETY: a 1-D timestamptz array built by PostgreSQL's own accumulator in the current (SPI)
     // memory context; an allocation failure there is an ERROR, never an abort.
     let times = unsafe {
         let state = pg_sys::initArrayResult(pg_sys::TIMESTAMPTZOID, pg_sys::CurrentMemoryContext, false);
-        for &time in times {
+        for &time in &row.times {
             pg_sys::accumArrayResult(
                 state,
                 pg_sys::Datum::from(time),
@@ -151,13 +151,13 @@ fn insert_row(
         }
         DatumWithOid::new(pg_sys::makeArrayResult(state, pg_sys::CurrentMemoryContext), pg_sys::TIMESTAMPTZARRAYOID)
     };
-    let last_time = TimestampWithTimeZone::try_from(last_time).ok();
-    let inexact = (!inexact.is_empty()).then(|| inexact.to_vec());
-    client.update(insert, None, &[first.into(), times, last_time.into(), inexact.into()])?;
+    let last_time = row.times.iter().copied().max().and_then(|t| TimestampWithTimeZone::try_from(t).ok());
+    let inexact = (!row.inexact.is_empty()).then(|| row.inexact.clone());
+    client.update(insert, None, &[row.first.into(), times, last_time.into(), inexact.into()])?;
     Ok(())
 }
 
-/// The rows [`compact`] reads: position, length, and whether it is short.
+/// The rows [`compact`] looks at: first position and length.
 const SCAN: &str = "SELECT c.first_position, pg_catalog.cardinality(c.times)
                     FROM streams.commit_times c WHERE c.first_position > $1
                     ORDER BY c.first_position LIMIT $2";
@@ -168,11 +168,11 @@ const DELETE_RANGE: &str = "DELETE FROM streams.commit_times c WHERE c.first_pos
 /// At most this many rows are looked at per call.
 const COMPACT_SCAN_ROWS: i64 = 20_000;
 
-/// Where [`compact`] goes on: every row of `table` up to `settled` is as
-/// merged as it will get.
+/// Where [`compact`] goes on: every row of the log whose `event_log` is
+/// `log` up to `settled` is as merged as it will get.
 #[derive(Default)]
 pub(crate) struct Compacted {
-    table: pg_sys::Oid,
+    log: pg_sys::Oid,
     settled: i64,
 }
 
@@ -181,19 +181,9 @@ pub(crate) struct Compacted {
 /// start for a new table: a re-created log). Nothing when the database's
 /// schema has no commit times (0.1.0).
 pub(crate) fn compact(client: &mut SpiClient<'_>, done: &mut Compacted) -> SpiResult<()> {
-    if crate::delivery::extension_log().is_none() {
-        return Ok(());
-    }
-    // SAFETY: catalog lookups by name inside the worker's transaction; missing_ok.
-    let table = unsafe {
-        let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), true);
-        pg_sys::get_relname_relid(c"commit_times".as_ptr(), schema)
-    };
-    if table == pg_sys::InvalidOid {
-        return Ok(());
-    }
-    if done.table != table {
-        *done = Compacted { table, settled: 0 };
+    let Some(log) = crate::delivery::log_with_commit_times() else { return Ok(()) };
+    if done.log != log {
+        *done = Compacted { log, settled: 0 };
     }
     done.settled = compact_after(client, done.settled)?;
     Ok(())
@@ -223,26 +213,23 @@ fn compact_after(client: &mut SpiClient<'_>, after: i64) -> SpiResult<i64> {
             let times = row.get::<Vec<Option<TimestampWithTimeZone>>>(2)?.unwrap_or_default();
             // Rows written by the worker never overlap, and a run spans at
             // most MERGED_SPAN positions; anything else is not merged.
-            let gap = match start.checked_sub(merged.end()) {
-                Some(gap) if (0..=MERGED_SPAN).contains(&gap) => gap as usize,
-                _ => StreamsError::Spi {
+            if !start.checked_sub(merged.end()).is_some_and(|gap| (0..=MERGED_SPAN).contains(&gap)) {
+                StreamsError::Spi {
                     doing: "merging commit times",
                     error: format!("overlapping or distant rows at {start}"),
                 }
-                .raise(),
-            };
-            reserve(&mut merged.times, gap + times.len());
-            merged.times.resize(merged.times.len() + gap, NO_EVENT);
+                .raise();
+            }
+            merged.fill_to(start, times.len());
             merged.times.extend(times.into_iter().map(|t| t.map_or(NO_EVENT, TimestampWithTimeZone::into_inner)));
             merged.inexact.extend(row.get::<Vec<i64>>(3)?.unwrap_or_default());
         }
-        let last_time = merged.times.iter().copied().max().unwrap_or(NO_EVENT);
         let deleted = client.update(&delete, None, &[first.into(), last.into()])?.len();
         if deleted != group.len() {
             StreamsError::Spi { doing: "merging commit times", error: format!("{deleted} rows at {first}..={last}") }
                 .raise();
         }
-        insert_row(client, &insert, first, &merged.times, last_time, &merged.inexact)?;
+        insert_row(client, &insert, &merged)?;
     }
     Ok(settled)
 }

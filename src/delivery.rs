@@ -214,6 +214,12 @@ fn installed_schema() -> Option<(Schema, pg_sys::Oid)> {
     Some((if is_0_1 { Schema::V0_1 } else { Schema::Current }, log))
 }
 
+/// The extension's `streams.event_log` as [`extension_log`] returns it, when
+/// the schema keeps commit times by position (not 0.1.0's).
+pub(crate) fn log_with_commit_times() -> Option<pg_sys::Oid> {
+    installed_schema().filter(|(schema, _)| *schema == Schema::Current).map(|(_, log)| log)
+}
+
 thread_local! {
     /// The last `streams.event_log` found to belong to the extension.
     static VERIFIED_LOG: std::cell::Cell<pg_sys::Oid> = const { std::cell::Cell::new(pg_sys::InvalidOid) };
@@ -476,7 +482,8 @@ impl Eras {
     }
 }
 
-/// Tell the operator that some events carry an inexact time (`time_exact`).
+/// Tell the operator that some events carry an inexact time (listed in
+/// `streams.commit_times.inexact`).
 fn warn_lost_commit_times(events: i64, after: i64, through: i64) {
     if events > 0 {
         StreamsError::CommitTimesLost { events, after, through }.warn();
