@@ -124,7 +124,7 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish_batch(fcinfo: pg_sys::F
     let tx = current_tx();
     let rows =
         positions.iter().zip(&elements).map(|(&position, &data)| [pg_sys::Datum::from(position), stream, tx, data]);
-    let positions = positions.clone().into_datum().expect("an array datum");
+    let positions = positions.as_slice().into_datum().expect("an array datum");
     let mut arrays = [positions, stream, tx, pg_sys::Datum::from(array)];
     write_as_owner(sequence, rows, || INSERT_BATCH.execute(&mut arrays, pg_sys::SPI_OK_INSERT));
     positions
