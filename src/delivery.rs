@@ -192,6 +192,15 @@ WITH updated AS (
 )
 SELECT (SELECT pg_catalog.count(*) FROM updated) OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM inserted)";
 
+/// [`SAVE`] when the round read a row (`$5` not null, as every round but the
+/// first): the same UPDATE alone, planned without the INSERT ... ON CONFLICT
+/// and the counting around it. Returns a row when it wrote one.
+const SAVE_EXISTING: &str = "
+UPDATE streams.horizon_state
+SET horizon = $1, delivered = NULLIF($2, $1), system_identifier = $3, era_bounds = $4
+WHERE id AND horizon = $5 AND system_identifier IS NOT DISTINCT FROM $6
+RETURNING 1::bigint";
+
 /// 0.1.0 has no delivered position and no eras; `$2` to `$6` are unused.
 const SAVE_V0_1: &str = "
 WITH updated AS (UPDATE streams.horizon_state SET horizon = $1 WHERE id RETURNING 1),
@@ -289,6 +298,8 @@ struct Plans {
     /// commit times.
     recorded: Option<Recorded>,
     save: OwnedPreparedStatement,
+    /// The current schema only: [`SAVE_EXISTING`].
+    save_existing: Option<OwnedPreparedStatement>,
 }
 
 struct Recorded {
@@ -362,6 +373,12 @@ fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plans>> {
         fetch_new: client.prepare_mut(fetch_new, &range)?.keep(),
         recorded,
         save: client.prepare_mut(save, &[int8, int8, int8, int8_array, int8, int8])?.keep(),
+        save_existing: match schema {
+            Schema::Current => {
+                Some(client.prepare_mut(SAVE_EXISTING, &[int8, int8, int8, int8_array, int8, int8])?.keep())
+            }
+            Schema::V0_1 => None,
+        },
     });
     PLANS.with(|p| *p.borrow_mut() = Some(plans.clone()));
     Ok(plans)
@@ -439,7 +456,12 @@ fn deliver(
         persisted_row.into(),
         written_by.into(),
     ];
-    if client.update(&plans.save, None, &args)?.first().get::<i64>(1)? != Some(1) {
+    let save = match &plans.save_existing {
+        Some(save_existing) if persisted_row.is_some() => save_existing,
+        _ => &plans.save,
+    };
+    let saved = client.update(save, None, &args)?;
+    if saved.is_empty() || saved.first().get::<i64>(1)? != Some(1) {
         StreamsError::HorizonStateChanged.raise();
     }
     Ok(Round::Done { horizon: new_horizon, delivered: new_delivered, newest, more })

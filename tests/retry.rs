@@ -38,3 +38,49 @@ fn failing_round_is_retried_and_publishers_are_unaffected() {
     assert_eq!(received, positions);
     assert!(listener.next(Duration::from_millis(500)).is_none(), "and nothing twice");
 }
+
+/// A restore that commits while a round is under way (pg_restore's COPY of
+/// `streams.horizon_state`, here an UPDATE by a superuser) is never
+/// overwritten by that round: the round gives up, and the next one reads the
+/// restored row and starts a new era of transaction ids at its horizon.
+#[test]
+fn a_restore_committing_during_a_round_starts_a_new_era_instead_of_being_overwritten() {
+    let db = TestDb::new();
+    let worker = db.wait_for_worker();
+    let mut publisher = db.connect();
+    let mut restorer = db.connect();
+    let mut observer = db.connect();
+    let first = publish(&mut publisher, "orders", "{}");
+    wait_for_horizon(&mut publisher, first);
+    let eras = |c: &mut postgres::Client| -> Option<Vec<i64>> {
+        c.query_one("SELECT era_bounds FROM streams.horizon_state", &[]).unwrap().get(0)
+    };
+    assert_eq!(eras(&mut observer), None, "one era so far");
+
+    restorer.batch_execute("BEGIN; UPDATE streams.horizon_state SET system_identifier = 42").unwrap();
+    let second = publish(&mut publisher, "orders", "{}");
+    wait_until("the worker's round waits for the restored row", Duration::from_secs(10), || {
+        let waiting: Option<String> = observer
+            .query_one("SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1", &[&worker])
+            .unwrap()
+            .get(0);
+        waiting.as_deref() == Some("Lock")
+    });
+    restorer.batch_execute("COMMIT").unwrap();
+
+    wait_for_horizon(&mut publisher, second);
+    assert_eq!(eras(&mut observer), Some(vec![first]), "a new era starts after the restored horizon");
+    let mine: i64 = observer.query_one("SELECT system_identifier FROM pg_control_system()", &[]).unwrap().get(0);
+    let written_by: i64 =
+        observer.query_one("SELECT system_identifier FROM streams.horizon_state", &[]).unwrap().get(0);
+    assert_eq!(written_by, mine, "and the row is this cluster's again");
+    let timed: i64 = observer
+        .query_one(
+            "SELECT count(*) FROM streams.events e WHERE e.position = $1
+             AND e.time = pg_xact_commit_timestamp(e.tx::xid)",
+            &[&second],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(timed, 1, "the event the given-up round read is made final with its commit time");
+}
