@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Profile the delivery worker while pgbench publishes at full speed:
 #   bench/profile-worker.sh [clients] [seconds]
+# PROFILE_SCRIPT names another pgbench script in bench/ (publish_batch.sql;
+# publish_wait.sql: one event per round, what a round costs at low rates).
 # Needs the local cluster (`make start`) and perf (Debian package linux-perf).
 # Prints the worker's hottest call paths (children view), as quoted in the
 # issue notes: how much of a delivery round is executor work, commit, waiting.
@@ -28,8 +30,10 @@ cpu1=$(cpu); read -r rounds1 newest1 <<<"$(state)"
 wait
 ticks=$(getconf CLK_TCK)
 events=$((newest1 - newest0)) rounds=$((rounds1 - rounds0))
-echo "events published: $events in ${seconds} s; worker rounds: $rounds ($((events / (rounds > 0 ? rounds : 1))) events per round)"
-echo "worker CPU: $(( (cpu1 - cpu0) * 1000000 / ticks / (events > 0 ? events : 1) )) µs per event (under perf, which adds to it)"
+awk -v e="$events" -v r="$rounds" -v s="$seconds" -v c="$((cpu1 - cpu0))" -v t="$ticks" 'BEGIN {
+    r = r > 0 ? r : 1; e = e > 0 ? e : 1; us = c * 1000000 / t
+    printf "events published: %d in %d s; worker rounds: %d (%.1f events per round)\n", e, s, r, e / r
+    printf "worker CPU: %.0f µs per event, %.0f µs per round (under perf, which adds to it)\n", us / e, us / r }'
 perf report -i "$REPO_ROOT/target/worker.perf" --children --sort symbol --percent-limit 5 --stdio -g none 2>/dev/null \
     | grep -E '%' | grep -v '0x0000' | sed -E 's/ +- +- *$//' | head -30
 cluster_psql -X -q -c "DROP DATABASE IF EXISTS $db WITH (FORCE)"
