@@ -168,37 +168,28 @@ const PREVIOUS: &str = "SELECT pg_catalog.max(e.position) FROM streams.event_log
 const READ_PRIVATE: &str = "SELECT pg_catalog.array_agg(p.stream::text) FROM streams.private_streams p";
 const READ_PRIVATE_V0_1: &str = "SELECT NULL::text[]";
 
-/// An UPDATE (a HOT update of one row) in the common case; the row is
-/// inserted by the first round instead of by the extension script, so that
-/// restoring a dump (which carries the row) does not collide with it.
-///
-/// Writes only over the state the round read (`$5` horizon, `$6` system
-/// identifier; both null: no row) and returns how many rows it wrote. The
+/// Saves the round's state: a HOT update of the one row, written only over
+/// the state the round read (`$5` horizon, `$6` system identifier). The
 /// round read the state with an older snapshot than this statement's, and
 /// only the worker writes the row, except a restore: pg_restore's COPY can
 /// commit in between, and overwriting the restored row with this cluster's
-/// identifier would hide the restore (no new era).
+/// identifier would hide the restore (no new era). Returns a row when it
+/// wrote one.
 const SAVE: &str = "
-WITH updated AS (
-    UPDATE streams.horizon_state
-    SET horizon = $1, delivered = NULLIF($2, $1), system_identifier = $3, era_bounds = $4
-    WHERE id AND horizon IS NOT DISTINCT FROM $5 AND system_identifier IS NOT DISTINCT FROM $6
-    RETURNING 1
-), inserted AS (
-    INSERT INTO streams.horizon_state (id, horizon, delivered, system_identifier, era_bounds)
-    SELECT true, $1, NULLIF($2, $1), $3, $4 WHERE $5 IS NULL
-    ON CONFLICT (id) DO NOTHING
-    RETURNING 1
-)
-SELECT (SELECT pg_catalog.count(*) FROM updated) OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM inserted)";
-
-/// [`SAVE`] when the round read a row (`$5` not null, as every round but the
-/// first): the same UPDATE alone, planned without the INSERT ... ON CONFLICT
-/// and the counting around it. Returns a row when it wrote one.
-const SAVE_EXISTING: &str = "
 UPDATE streams.horizon_state
 SET horizon = $1, delivered = NULLIF($2, $1), system_identifier = $3, era_bounds = $4
 WHERE id AND horizon = $5 AND system_identifier IS NOT DISTINCT FROM $6
+RETURNING 1::bigint";
+
+/// [`SAVE`] for the first round, which read no row: the row is inserted by
+/// the worker instead of by the extension script, so that restoring a dump
+/// (which carries the row) does not collide with it. A row a restore
+/// inserted in between is left alone: nothing is written. Takes the same
+/// parameters (`$5` and `$6` are null, so unused).
+const SAVE_FIRST: &str = "
+INSERT INTO streams.horizon_state (id, horizon, delivered, system_identifier, era_bounds)
+VALUES (true, $1, NULLIF($2, $1), $3, $4)
+ON CONFLICT (id) DO NOTHING
 RETURNING 1::bigint";
 
 /// 0.1.0 has no delivered position and no eras; `$2` to `$6` are unused.
@@ -298,8 +289,8 @@ struct Plans {
     /// commit times.
     recorded: Option<Recorded>,
     save: OwnedPreparedStatement,
-    /// The current schema only: [`SAVE_EXISTING`].
-    save_existing: Option<OwnedPreparedStatement>,
+    /// The current schema only: [`SAVE_FIRST`] (0.1.0's save does both).
+    save_first: Option<OwnedPreparedStatement>,
 }
 
 struct Recorded {
@@ -356,6 +347,7 @@ fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plans>> {
         Schema::V0_1 => (READ_STATE_V0_1, READ_PRIVATE_V0_1, FETCH_V0_1, SAVE_V0_1),
     };
     let range = [int8, int8, int8];
+    let save_types = [int8, int8, int8, int8_array, int8, int8];
     let recorded = match schema {
         Schema::Current => Some(Recorded {
             fetch: client.prepare(FETCH_RECORDED, &range)?.keep(),
@@ -372,11 +364,9 @@ fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plans>> {
         previous: client.prepare(PREVIOUS, &[PgOid::BuiltIn(PgBuiltInOids::TEXTOID), int8])?.keep(),
         fetch_new: client.prepare_mut(fetch_new, &range)?.keep(),
         recorded,
-        save: client.prepare_mut(save, &[int8, int8, int8, int8_array, int8, int8])?.keep(),
-        save_existing: match schema {
-            Schema::Current => {
-                Some(client.prepare_mut(SAVE_EXISTING, &[int8, int8, int8, int8_array, int8, int8])?.keep())
-            }
+        save: client.prepare_mut(save, &save_types)?.keep(),
+        save_first: match schema {
+            Schema::Current => Some(client.prepare_mut(SAVE_FIRST, &save_types)?.keep()),
             Schema::V0_1 => None,
         },
     });
@@ -456,8 +446,8 @@ fn deliver(
         persisted_row.into(),
         written_by.into(),
     ];
-    let save = match &plans.save_existing {
-        Some(save_existing) if persisted_row.is_some() => save_existing,
+    let save = match &plans.save_first {
+        Some(save_first) if persisted_row.is_none() => save_first,
         _ => &plans.save,
     };
     let saved = client.update(save, None, &args)?;
