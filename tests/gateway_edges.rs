@@ -142,6 +142,12 @@ fn tcp_connections_over_the_limit_get_503_and_are_closed() {
     let mut third = TcpStream::connect(("127.0.0.1", s.gateway.port)).unwrap();
     let answer = read_until_closed(&mut third, Duration::from_secs(5));
     assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("max-tcp-connections"), "{answer:?}");
+    // A client that sent its request before being refused reads the 503
+    // too: it is not reset away by a close over the unread request.
+    for _ in 0..50 {
+        let (status, body) = s.gateway.request("POST", "/v1/streams/pay.x/events", &[], &"x".repeat(8192));
+        assert_eq!(status, 503, "{body}");
+    }
     drop(held);
     wait_until("connections are served again", Duration::from_secs(10), || {
         s.gateway.request("GET", "/metrics", &[], "").0 == 200

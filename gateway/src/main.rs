@@ -30,7 +30,7 @@ use std::sync::Arc;
 use clap::Parser;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
 use tower::ServiceExt;
@@ -81,6 +81,8 @@ async fn serve(cfg: config::Config) -> Result<(), String> {
     // Every TCP connection holds a permit while it lives: idle and
     // half-sent ones too, which --max-connections (SSE and WebSocket) does not count.
     let permits = Arc::new(Semaphore::new(max_tcp));
+    // Refusals that wait for their client to finish sending (see `refuse`).
+    let refusals = Arc::new(Semaphore::new(MAX_LINGERING_REFUSALS));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         // Also the idle time allowed between requests on a kept-alive connection.
@@ -105,7 +107,8 @@ async fn serve(cfg: config::Config) -> Result<(), String> {
             }
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tokio::spawn(refuse(socket));
+            let linger = refusals.clone().try_acquire_owned().ok();
+            tokio::spawn(refuse(socket, linger));
             continue;
         };
         let _ = socket.set_nodelay(true);
@@ -140,16 +143,43 @@ async fn serve(cfg: config::Config) -> Result<(), String> {
     }
 }
 
+/// At most this many refused connections are kept open (for at most
+/// `REFUSAL_SECS`) to be read to their end; past it they are closed at once.
+const MAX_LINGERING_REFUSALS: usize = 64;
+const REFUSAL_SECS: u64 = 1;
+
 /// A connection over --max-tcp-connections: 503 if it can be written at
 /// once, then closed.
-async fn refuse(mut socket: tokio::net::TcpStream) {
+///
+/// With a `linger` permit, the request the client already sent is read and
+/// thrown away before the close (at most 64 KB, within `REFUSAL_SECS`): closing a
+/// socket with unread input resets it, and a reset can reach the client
+/// before it has read the 503, which it then never sees.
+async fn refuse(mut socket: tokio::net::TcpStream, linger: Option<tokio::sync::OwnedSemaphorePermit>) {
     const BODY: &str = r#"{"error":"too many connections (--max-tcp-connections)","sqlstate":null}"#;
     let response = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
          connection: close\r\n\r\n{BODY}",
         BODY.len()
     );
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), socket.write_all(response.as_bytes())).await;
+    let answer = async {
+        socket.write_all(response.as_bytes()).await?;
+        if linger.is_some() {
+            socket.shutdown().await?;
+            let mut sink = [0u8; 4096];
+            let mut left: usize = 64 * 1024;
+            while left > 0 {
+                let n = socket.read(&mut sink).await?;
+                if n == 0 {
+                    break;
+                }
+                left = left.saturating_sub(n);
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(REFUSAL_SECS), answer).await;
+    drop(linger);
 }
 
 async fn shutdown_signal() {
