@@ -96,17 +96,20 @@ fn a_restore_into_another_cluster_keeps_each_transactions_commit_time() {
     run("pg_restore", &args);
     let _ = std::fs::remove_file(&dump);
     let mut dst = target.connect("app");
-    target.wait_for_worker("app");
+    let target_worker = target.wait_for_worker("app");
     wait_for_horizon(&mut dst, unrecorded);
     let restored_at = SystemTime::now();
 
-    // The next transaction takes the id of a restored one.
+    // The next transaction takes the id of a restored one. The worker is
+    // stopped meanwhile: its merge of commit-time rows takes an id too.
     let reused = published[100].1;
+    let stopped = StoppedWorker::stop(&mut target.connect("postgres"), target_worker);
     let next = next_transaction_id(&mut dst);
     assert!(next < reused, "the target's counter ({next}) starts below the restored ids ({reused})");
     burn_transaction_ids(&mut dst, reused - next);
     let before_new = SystemTime::now();
     let (position, tx) = publish_in_own_transaction(&mut dst, "orders");
+    drop(stopped);
     assert_eq!(tx, reused, "the new transaction reuses the id of a restored one");
     wait_for_horizon(&mut dst, position);
 

@@ -683,7 +683,8 @@ fn a_long_poll_costs_no_cpu_while_it_waits() {
     let (got, took) = poller.join();
     let waited = started.elapsed();
     assert!(got.unwrap().is_empty());
-    assert!(took >= Duration::from_secs(5) && waited >= Duration::from_secs(4), "it waited: {took:?}, {waited:?}");
+    // Most of the wait is measured (a loaded machine may take a moment to get here).
+    assert!(took >= Duration::from_secs(5) && waited >= Duration::from_secs(2), "it waited: {took:?}, {waited:?}");
     let used = cpu_time(pid) - cpu_before;
     assert!(used < Duration::from_millis(200), "{used:?} of CPU in a {waited:?} wait");
 }

@@ -89,23 +89,23 @@ impl TestDb {
         connect_retrying(&config)
     }
 
-    /// The pid of this database's worker, once it shows in pg_stat_activity.
+    /// The pid of this database's worker, once it shows in pg_stat_activity
+    /// alone (a worker that has not yet noticed a DROP EXTENSION may show
+    /// next to its successor for a moment).
     pub fn wait_for_worker(&self) -> i32 {
         let mut admin = admin();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let row = admin
-                .query_opt(
+        let mut pid = None;
+        wait_until(&format!("one worker for {}", self.name), Duration::from_secs(20), || {
+            let rows = admin
+                .query(
                     "SELECT pid FROM pg_stat_activity WHERE backend_type = 'litebase_streams worker' AND datname = $1",
                     &[&self.name],
                 )
                 .unwrap();
-            if let Some(row) = row {
-                return row.get(0);
-            }
-            assert!(Instant::now() < deadline, "no worker appeared for {}", self.name);
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            pid = (rows.len() == 1).then(|| rows[0].get(0));
+            pid.is_some()
+        });
+        pid.unwrap()
     }
 }
 
@@ -198,7 +198,11 @@ pub struct Listener {
 
 impl Listener {
     pub fn new(db: &TestDb, channels: &[&str]) -> Listener {
-        let mut client = db.connect();
+        Listener::on(db.connect(), channels)
+    }
+
+    /// A listener on a client of any cluster.
+    pub fn on(mut client: Client, channels: &[&str]) -> Listener {
         for channel in channels {
             client.batch_execute(&format!("LISTEN \"{channel}\"")).unwrap();
         }
