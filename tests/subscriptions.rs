@@ -676,7 +676,7 @@ fn a_long_poll_costs_no_cpu_while_it_waits() {
     let bouncer = Pgbouncer::start();
     let mut admin = db.connect();
     admin.batch_execute("SELECT streams.create_subscription('idle', 'orders')").unwrap();
-    let poller = LongPoll::start(&bouncer.config(&db.name), "idle", "5s", "");
+    let poller = LongPoll::start(&bouncer.config(&db.name), "idle", "8s", "");
     poller.wait_until_sleeping(&mut admin);
     let pid = poller.pid;
     let (cpu_before, started) = (cpu_time(pid), Instant::now());
@@ -684,7 +684,7 @@ fn a_long_poll_costs_no_cpu_while_it_waits() {
     let waited = started.elapsed();
     assert!(got.unwrap().is_empty());
     // Most of the wait is measured (a loaded machine may take a moment to get here).
-    assert!(took >= Duration::from_secs(5) && waited >= Duration::from_secs(2), "it waited: {took:?}, {waited:?}");
+    assert!(took >= Duration::from_secs(8) && waited >= Duration::from_secs(4), "it waited: {took:?}, {waited:?}");
     let used = cpu_time(pid) - cpu_before;
     assert!(used < Duration::from_millis(200), "{used:?} of CPU in a {waited:?} wait");
 }

@@ -147,12 +147,14 @@ async fn serve(cfg: config::Config) -> Result<(), String> {
 /// `REFUSAL_SECS`) to be read to their end; past it they are closed at once.
 const MAX_LINGERING_REFUSALS: usize = 64;
 const REFUSAL_SECS: u64 = 1;
+/// How much of a refused client's request is read before the close.
+const REFUSAL_DRAIN_BYTES: u64 = 64 * 1024;
 
 /// A connection over --max-tcp-connections: 503 if it can be written at
 /// once, then closed.
 ///
 /// With a `linger` permit, the request the client already sent is read and
-/// thrown away before the close (at most 64 KB, within `REFUSAL_SECS`): closing a
+/// thrown away before the close (at most `REFUSAL_DRAIN_BYTES`, within `REFUSAL_SECS`): closing a
 /// socket with unread input resets it, and a reset can reach the client
 /// before it has read the 503, which it then never sees.
 async fn refuse(mut socket: tokio::net::TcpStream, linger: Option<tokio::sync::OwnedSemaphorePermit>) {
@@ -166,15 +168,7 @@ async fn refuse(mut socket: tokio::net::TcpStream, linger: Option<tokio::sync::O
         socket.write_all(response.as_bytes()).await?;
         if linger.is_some() {
             socket.shutdown().await?;
-            let mut sink = [0u8; 4096];
-            let mut left: usize = 64 * 1024;
-            while left > 0 {
-                let n = socket.read(&mut sink).await?;
-                if n == 0 {
-                    break;
-                }
-                left = left.saturating_sub(n);
-            }
+            tokio::io::copy(&mut (&mut socket).take(REFUSAL_DRAIN_BYTES), &mut tokio::io::sink()).await?;
         }
         Ok::<_, std::io::Error>(())
     };

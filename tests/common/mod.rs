@@ -89,23 +89,9 @@ impl TestDb {
         connect_retrying(&config)
     }
 
-    /// The pid of this database's worker, once it shows in pg_stat_activity
-    /// alone (a worker that has not yet noticed a DROP EXTENSION may show
-    /// next to its successor for a moment).
+    /// The pid of this database's worker (see [`wait_for_worker`]).
     pub fn wait_for_worker(&self) -> i32 {
-        let mut admin = admin();
-        let mut pid = None;
-        wait_until(&format!("one worker for {}", self.name), Duration::from_secs(20), || {
-            let rows = admin
-                .query(
-                    "SELECT pid FROM pg_stat_activity WHERE backend_type = 'litebase_streams worker' AND datname = $1",
-                    &[&self.name],
-                )
-                .unwrap();
-            pid = (rows.len() == 1).then(|| rows[0].get(0));
-            pid.is_some()
-        });
-        pid.unwrap()
+        wait_for_worker(&mut admin(), &self.name)
     }
 }
 
@@ -134,6 +120,24 @@ pub fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> 
         assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting until {what}");
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The pid of the worker of database `db`, once it shows in
+/// pg_stat_activity alone (a worker that has not yet noticed a DROP
+/// EXTENSION may show next to its successor for a moment).
+pub fn wait_for_worker(client: &mut Client, db: &str) -> i32 {
+    let mut pid = None;
+    wait_until(&format!("one worker for {db}"), Duration::from_secs(20), || {
+        let rows = client
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'litebase_streams worker' AND datname = $1",
+                &[&db],
+            )
+            .unwrap();
+        pid = (rows.len() == 1).then(|| rows[0].get(0));
+        pid.is_some()
+    });
+    pid.unwrap()
 }
 
 /// Wait until the horizon reaches `position` (the worker runs after commit).
@@ -390,21 +394,9 @@ impl ScratchCluster {
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }
 
-    /// The pid of the worker of `db`, once it runs.
+    /// The pid of the worker of `db` (see [`wait_for_worker`]).
     pub fn wait_for_worker(&self, db: &str) -> i32 {
-        let mut client = self.connect("postgres");
-        let mut pid = None;
-        wait_until("the scratch cluster's worker starts", Duration::from_secs(20), || {
-            pid = client
-                .query_opt(
-                    "SELECT pid FROM pg_stat_activity WHERE backend_type = 'litebase_streams worker' AND datname = $1",
-                    &[&db],
-                )
-                .unwrap()
-                .map(|row| row.get(0));
-            pid.is_some()
-        });
-        pid.unwrap()
+        wait_for_worker(&mut self.connect("postgres"), db)
     }
 }
 
