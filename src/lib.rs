@@ -126,6 +126,8 @@ fn _launch_worker() -> bool {
     // transaction, and the FFI guard turns GetTopTransactionId's ERROR (read-only) into a panic.
     let (db, xid) = unsafe { (pg_sys::MyDatabaseId, pg_sys::GetTopTransactionId()) };
     shmem::claim_db(db);
+    // This database exists: an earlier one dropped under its OID is history.
+    shmem::forget_dropped(db);
     let launched = launcher::launch(db, Some(xid.into_inner()));
     if !launched {
         shmem::wake_launcher();

@@ -137,7 +137,17 @@ struct Header {
     acl_generation: AtomicU64,
     /// pgprocno of the launcher, -1 when none: publishers set its latch.
     launcher_procno: AtomicI32,
+    /// Databases dropped lately (0: an empty place), for workers the
+    /// postmaster restarts after their database is gone (see
+    /// [`remember_dropped`]).
+    dropped: [AtomicU32; DROPPED_REMEMBERED],
+    /// Where the next dropped database goes (modulo `DROPPED_REMEMBERED`).
+    dropped_next: AtomicU32,
 }
+
+/// How many dropped databases are remembered. A worker is restarted one
+/// second after it exited, so only the drops of about the last second matter.
+const DROPPED_REMEMBERED: usize = 16;
 
 static mut SHARED: *mut Header = std::ptr::null_mut();
 static mut PREV_REQUEST_HOOK: pg_sys::shmem_request_hook_type = None;
@@ -403,6 +413,34 @@ pub fn databases_needing_a_worker() -> Vec<pg_sys::Oid> {
         })
         .map(|e| pg_sys::Oid::from(e.db.load(Ordering::Acquire)))
         .collect()
+}
+
+/// Remember that database `db` was dropped. A worker of it that was
+/// terminated (pg_terminate_backend, or DROP DATABASE ... WITH (FORCE) while
+/// it was starting) is restarted by the postmaster a second later, and
+/// connecting to a database that is gone is a FATAL error: exit code 1, so
+/// restarted again, every second until the server stops. Such a worker
+/// looks here first and leaves with exit code 0. Atomics only.
+pub fn remember_dropped(db: pg_sys::Oid) {
+    // SAFETY: header() points into shared memory that lives as long as the server; atomics only.
+    let header = unsafe { &*header() };
+    let place = header.dropped_next.fetch_add(1, Ordering::AcqRel) as usize % DROPPED_REMEMBERED;
+    header.dropped[place].store(db.to_u32(), Ordering::Release);
+}
+
+/// Whether database `db` was dropped lately (see [`remember_dropped`]).
+pub fn was_dropped(db: pg_sys::Oid) -> bool {
+    // SAFETY: as in remember_dropped.
+    available() && unsafe { &*header() }.dropped.iter().any(|d| d.load(Ordering::Acquire) == db.to_u32())
+}
+
+/// A database exists again under `db` (OIDs are reused after wraparound):
+/// its workers may run.
+pub fn forget_dropped(db: pg_sys::Oid) {
+    // SAFETY: as in remember_dropped.
+    for d in &unsafe { &*header() }.dropped {
+        let _ = d.compare_exchange(db.to_u32(), 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
 }
 
 /// The entry of database `db`, if one was claimed.

@@ -19,6 +19,8 @@
 //! Exit codes follow the postmaster's rules: 0 means "done, do not restart"
 //! (extension gone, database being dropped), 1 means "restart me" (SIGTERM from
 //! `pg_terminate_backend`; at shutdown the postmaster restarts nothing). A
+//! worker restarted after its database was dropped leaves with 0 before
+//! connecting (see `shmem::remember_dropped`). A
 //! failing round is logged, its transaction aborted, and retried with backoff:
 //! a bad batch never kills the worker. All state is re-read from the database
 //! each round, so a restart loses nothing.
@@ -42,6 +44,9 @@ use crate::shmem::{self, DbEntry, NotifyState, WorkerState};
 pub extern "C-unwind" fn litebase_streams_worker_main(arg: pg_sys::Datum) {
     let db = pg_sys::Oid::from(arg.value() as u32);
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    if left_for_a_dropped_database(db, "worker") {
+        return;
+    }
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(db), None);
     wait_for_creator();
     if !in_transaction(extension_installed) {
@@ -58,6 +63,18 @@ pub extern "C-unwind" fn litebase_streams_worker_main(arg: pg_sys::Datum) {
     log!("litebase_streams worker started for database {}", db.to_u32());
     start_webhook_worker(db);
     serve(db, entry);
+}
+
+/// Whether this worker, restarted by the postmaster after its database was
+/// dropped, leaves (exit code 0, never restarted) instead of failing to
+/// connect (exit code 1, restarted every second). See
+/// [`shmem::remember_dropped`].
+pub(crate) fn left_for_a_dropped_database(db: pg_sys::Oid, which: &str) -> bool {
+    let dropped = shmem::was_dropped(db);
+    if dropped {
+        log!("litebase_streams {which} for database {}: the database was dropped; not restarting", db.to_u32());
+    }
+    dropped
 }
 
 /// A worker started by a transaction (CREATE EXTENSION, create_webhook)
@@ -535,6 +552,9 @@ fn wait_for_exit(pid: &std::sync::atomic::AtomicI32) {
 /// After DROP DATABASE: on success, free the database's entry (its OID may be
 /// reused); on failure, clear the stop request and start the worker again.
 pub fn after_drop(db: pg_sys::Oid, dropped: bool, was_running: bool) {
+    if dropped {
+        shmem::remember_dropped(db);
+    }
     if let Some(entry) = shmem::find_db(db) {
         entry.stop.store(false, Ordering::Release);
         if dropped {

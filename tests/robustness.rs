@@ -151,6 +151,33 @@ fn a_failed_drop_database_leaves_delivery_running() {
     assert_ne!(status, "not running");
 }
 
+/// A worker terminated just before its database is dropped (here by
+/// pg_terminate_backend; DROP DATABASE ... WITH (FORCE) does the same to a
+/// worker still starting) is restarted by the postmaster a second later,
+/// when the database is gone: it leaves for good, instead of failing to
+/// connect and being restarted every second until the server stops.
+#[test]
+fn a_worker_restarted_after_its_database_was_dropped_leaves_for_good() {
+    let log = std::env::var("LITEBASE_STREAMS_SERVER_LOG").expect("LITEBASE_STREAMS_SERVER_LOG");
+    let log_size = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0) as usize;
+    let db = TestDb::new();
+    let worker = db.wait_for_worker();
+    let mut admin = admin();
+    let oid: i64 = admin.query_one("SELECT oid::int8 FROM pg_database WHERE datname = $1", &[&db.name]).unwrap().get(0);
+    admin.query_one("SELECT pg_terminate_backend($1)", &[&worker]).unwrap();
+    admin.batch_execute(&format!("DROP DATABASE {}", db.name)).unwrap();
+    let left = format!("for database {oid}: the database was dropped; not restarting");
+    let failed = format!("database {oid} does not exist");
+    let mut since = String::new();
+    wait_until("the restarted worker leaves or fails", Duration::from_secs(20), || {
+        let bytes = std::fs::read(&log).unwrap_or_default();
+        since = String::from_utf8_lossy(&bytes[log_size.min(bytes.len())..]).into_owned();
+        since.contains(&left) || since.contains(&failed)
+    });
+    assert!(!since.contains(&failed), "the restarted worker tried to connect:\n{since}");
+    assert!(since.contains(&left), "{since}");
+}
+
 /// A publish that fails while taking its first position (here: in a
 /// read-only transaction) inside a savepoint that is rolled back leaves no
 /// trace: the transaction stays open, yet the horizon moves past later

@@ -131,6 +131,9 @@ fn webhooks_installed() -> bool {
 pub extern "C-unwind" fn litebase_streams_webhook_worker_main(arg: pg_sys::Datum) {
     let db = pg_sys::Oid::from(arg.value() as u32);
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    if crate::worker::left_for_a_dropped_database(db, "webhook worker") {
+        return;
+    }
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(db), None);
     // A reload signalled between the fork and the handler above was ignored:
     // read the configuration once now (a narrowed webhook_allowed_hosts must
