@@ -15,13 +15,14 @@ PGRX_VERSION=0.18.1
 # pgbouncer: `make pgbouncer`, and the subscription tests (tests/subscriptions.rs) consume through it.
 # postgresql-15-pgq3: PgQ, the consumer the bench compares subscriptions with (bench/phases/consume.py).
 # sudo: `cargo pgrx test --runas` uses it.
+# inotify-tools: tests/install.rs watches the library directory while scripts/install.sh places files.
 # build-essential / pkg-config / libssl-dev: linker for rustc, and cargo-pgrx's
 #   openssl-sys dependency (otherwise `cargo install cargo-pgrx` fails on a bare box).
 # ca-certificates / curl: only needed to fetch rustup when cargo is missing.
 # python3-venv / nodejs / npm: the doc test (scripts/doctest.py) runs the README's Python
 #   and Node examples with psycopg and node-postgres, installed under target/doctest/.
 # chromium: the gateway's browser test (tests/gateway.rs) runs it headless.
-APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-wal2json pgbouncer postgresql-15-pgq3 libclang-dev clang sudo
+APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-wal2json pgbouncer postgresql-15-pgq3 libclang-dev clang sudo inotify-tools
               build-essential pkg-config libssl-dev python3-venv nodejs chromium)
 # Debian's npm only when npm is missing: NodeSource's nodejs package bundles npm and
 # conflicts with Debian's.

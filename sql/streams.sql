@@ -1,4 +1,4 @@
--- litebase_streams 0.2.0: the tables, views and SQL functions users see.
+-- litebase_streams 0.3.0: the tables, views and SQL functions users see.
 -- Loaded by CREATE EXTENSION after the Rust functions (src/*.rs) exist.
 -- Every change here ships a step in sql/litebase_streams--<from>--<to>.sql
 -- too; the upgrade test compares a fresh install with the upgraded one.
@@ -94,6 +94,20 @@ CREATE TABLE streams.log_info (
 INSERT INTO streams.log_info DEFAULT VALUES;
 COMMENT ON TABLE streams.log_info IS 'The identity of this log: a new log_id for every CREATE EXTENSION.';
 
+-- Only the extension's own code writes these tables: the worker and
+-- publish, as the extension's owner (a superuser, who bypasses row-level
+-- security). Table privileges alone do not keep others out: the predefined
+-- roles pg_write_all_data and pg_read_all_data act as if they had INSERT,
+-- UPDATE, DELETE and SELECT on every table, but they do not bypass
+-- row-level security. So row-level security is on, and the only policies
+-- let the roles that were granted SELECT (readers, through streams.grant)
+-- read the horizon and commit times; no policy allows a write.
+ALTER TABLE streams.commit_times ENABLE ROW LEVEL SECURITY;
+CREATE POLICY readable ON streams.commit_times FOR SELECT USING (true);
+ALTER TABLE streams.horizon_state ENABLE ROW LEVEL SECURITY;
+CREATE POLICY readable ON streams.horizon_state FOR SELECT USING (true);
+ALTER TABLE streams.log_info ENABLE ROW LEVEL SECURITY;
+
 -- pg_dump keeps the events (extension tables are otherwise skipped).
 SELECT pg_catalog.pg_extension_config_dump('streams.event_log', '');
 SELECT pg_catalog.pg_extension_config_dump('streams.commit_times', '');
@@ -161,6 +175,7 @@ COMMENT ON TABLE streams.stream_grants IS 'Per-stream read and publish grants (s
 CREATE TABLE streams.private_streams (
     stream text COLLATE "C" PRIMARY KEY
 );
+ALTER TABLE streams.private_streams ENABLE ROW LEVEL SECURITY;
 COMMENT ON TABLE streams.private_streams IS 'Stream names or patterns whose notifications carry no data (streams.set_private).';
 
 SELECT pg_catalog.pg_extension_config_dump('streams.stream_grants', '');

@@ -14,7 +14,10 @@
 
 CREATE TABLE streams.subscription_state (
     id          integer PRIMARY KEY,
-    name        text COLLATE "C" NOT NULL UNIQUE,
+    -- Unique per owner: each role has a name space of its own, so no role
+    -- can take a name another team needs (streams.poll resolves a name to the
+    -- caller's own subscription first).
+    name        text COLLATE "C" NOT NULL,
     stream      text COLLATE "C" NOT NULL,
     ordered     boolean NOT NULL,
     -- Every event of the subscription at or below it is processed.
@@ -22,7 +25,8 @@ CREATE TABLE streams.subscription_state (
     -- The role that created it: its members poll, ack, seek and drop it.
     owner       regrole NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    last_ack_at timestamptz
+    last_ack_at timestamptz,
+    UNIQUE (name, owner)
 );
 CREATE SEQUENCE streams.subscription_ids AS integer OWNED BY streams.subscription_state.id;
 ALTER TABLE streams.subscription_state ALTER COLUMN id SET DEFAULT pg_catalog.nextval('streams.subscription_ids');
@@ -38,6 +42,12 @@ CREATE TABLE streams.subscription_progress (
     acked_at     timestamptz NOT NULL,
     PRIMARY KEY (subscription, chunk)
 );
+
+-- Written and read only by the extension's code, as the extension's owner:
+-- row-level security with no policy keeps out pg_read_all_data and
+-- pg_write_all_data, which bypass table privileges but not row security.
+ALTER TABLE streams.subscription_state ENABLE ROW LEVEL SECURITY;
+ALTER TABLE streams.subscription_progress ENABLE ROW LEVEL SECURITY;
 
 -- pg_dump keeps the subscriptions with the log they follow.
 SELECT pg_catalog.pg_extension_config_dump('streams.subscription_state', '');

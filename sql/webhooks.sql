@@ -32,6 +32,11 @@ CREATE TABLE streams.webhook_state (
     last_success_at timestamptz
 );
 
+-- Secrets and URLs: row-level security with no policy, so that only the
+-- extension's owner (and superusers) read or write the table, also against
+-- pg_read_all_data and pg_write_all_data.
+ALTER TABLE streams.webhook_state ENABLE ROW LEVEL SECURITY;
+
 SELECT pg_catalog.pg_extension_config_dump('streams.webhook_state', '');
 
 -- The functions run as the caller and check it themselves (like the
@@ -65,7 +70,7 @@ SELECT sub.name, sub.stream, w.url,
        sub.position, sub.pending, w.attempts, w.last_status, w.last_error, w.next_attempt_at, sub.lag_time,
        w.batch, sub.owner, w.disabled_at, w.last_attempt_at, w.last_success_at, sub.created_at
 FROM streams.subscriptions sub
-JOIN streams.subscription_state s ON s.name = sub.name
+JOIN streams.subscription_state s ON s.name = sub.name AND s.owner = sub.owner
 JOIN streams.webhook_state w ON w.subscription = s.id;
 
 COMMENT ON TABLE streams.webhook_state IS 'Webhooks: the endpoint, secret and delivery state of each webhook subscription (see streams.webhooks).';

@@ -84,6 +84,8 @@ pub enum Round {
     Done { horizon: i64, delivered: i64, newest: i64, more: bool },
     /// The extension is not installed in this database (any more).
     ExtensionGone,
+    /// The database became a template: the worker leaves it.
+    Template,
 }
 
 /// Which extension schema the database has.
@@ -271,8 +273,35 @@ pub(crate) fn extension_log() -> Option<pg_sys::Oid> {
 /// Run one round inside the caller's transaction (which has an active snapshot).
 pub fn run(db: pg_sys::Oid, batch_size: i64, phase: Phase) -> Round {
     let Some((schema, log)) = installed_schema() else { return Round::ExtensionGone };
+    if database_is_template() {
+        return Round::Template;
+    }
     Spi::connect_mut(|client| deliver(client, db, batch_size, phase, schema, log))
         .unwrap_or_else(|e| StreamsError::Spi { doing: "a delivery round", error: e.to_string() }.raise())
+}
+
+/// Whether this backend's database is a template (`datistemplate`). No
+/// worker stays connected to one: `CREATE DATABASE` refuses to copy a
+/// database others are connected to. The databases created from it get
+/// workers of their own (the launcher looks for new databases every second).
+pub(crate) fn database_is_template() -> bool {
+    // SAFETY: a syscache lookup of our own database, only called through
+    // in_transaction; the tuple is released before returning, and the form
+    // is read while it is pinned.
+    unsafe {
+        let tuple = pg_sys::SearchSysCache1(
+            pg_sys::SysCacheIdentifier::DATABASEOID as i32,
+            pg_sys::Datum::from(pg_sys::MyDatabaseId),
+        );
+        if tuple.is_null() {
+            return false;
+        }
+        let data = (*tuple).t_data;
+        let form = (data as *const u8).add((*data).t_hoff as usize) as *const pg_sys::FormData_pg_database;
+        let template = (*form).datistemplate;
+        pg_sys::ReleaseSysCache(tuple);
+        template
+    }
 }
 
 /// The round's statements, planned once per worker and kept (the plan cache

@@ -26,6 +26,11 @@ pub enum StreamsError {
     NoPublisherSlot(i32),
     /// A transaction that published events tried to PREPARE.
     PreparedPublish,
+    /// `streams.position_seq` handed out a position at or below the horizon:
+    /// someone moved it back (`setval` needs only UPDATE on it, which
+    /// `pg_write_all_data` has). Publishing it would put an event where
+    /// readers have already passed.
+    PositionBelowHorizon { position: i64, horizon: u64 },
     /// The current user lacks a stream privilege.
     PermissionDenied { privilege: &'static str, stream: String },
     /// An event's data is larger than `litebase_streams.max_event_size`.
@@ -55,6 +60,9 @@ pub enum StreamsError {
     UnknownSubscription(String),
     /// The caller is not a member of the subscription's owner.
     NotSubscriptionOwner(String),
+    /// Several roles the caller belongs to (none of them the caller itself)
+    /// own a subscription of that name.
+    AmbiguousSubscription { name: String, owners: Vec<String> },
     /// The caller may not read every stream the subscription's pattern selects.
     SubscriptionNotReadable { subscription: String, stream: String },
     /// `ack` of positions this transaction did not poll.
@@ -114,6 +122,11 @@ impl fmt::Display for StreamsError {
             }
             StreamsError::DuplicateSubscription(name) => write!(f, "subscription \"{name}\" already exists"),
             StreamsError::UnknownSubscription(name) => write!(f, "subscription \"{name}\" does not exist"),
+            StreamsError::PositionBelowHorizon { position, horizon } => write!(
+                f,
+                "streams.position_seq handed out position {position}, at or below the horizon {horizon}"
+            ),
+            StreamsError::AmbiguousSubscription { name, .. } => write!(f, "subscription name \"{name}\" is ambiguous"),
             StreamsError::NotSubscriptionOwner(name) => {
                 write!(f, "permission denied for subscription \"{name}\"")
             }
@@ -187,6 +200,8 @@ impl StreamsError {
             }
             StreamsError::DuplicateSubscription(_) => PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT,
             StreamsError::UnknownSubscription(_) => PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            StreamsError::AmbiguousSubscription { .. } => PgSqlErrorCode::ERRCODE_AMBIGUOUS_ALIAS,
+            StreamsError::PositionBelowHorizon { .. } => PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             StreamsError::NotSubscriptionOwner(_) | StreamsError::SubscriptionNotReadable { .. } => {
                 PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE
             }
@@ -252,6 +267,14 @@ impl StreamsError {
             StreamsError::NotSubscriptionOwner(_) => Some(
                 "Poll, ack, seek or drop it as the role that created it or a member of that role.".into(),
             ),
+            StreamsError::PositionBelowHorizon { horizon, .. } => Some(format!(
+                "The sequence was moved back by hand; nothing was published. A superuser moves it forward: \
+                 SELECT setval('streams.position_seq', GREATEST({horizon}, streams._newest_position()));"
+            )),
+            StreamsError::AmbiguousSubscription { .. } => Some(
+                "Names are per owning role: SET ROLE to the owner whose subscription you mean, then call again."
+                    .into(),
+            ),
             StreamsError::SubscriptionNotReadable { .. } => Some(
                 "A superuser or the extension's owner grants it: SELECT streams.grant('read', '<pattern>', '<role>'); \
                  the grant must cover the whole pattern."
@@ -293,6 +316,9 @@ impl StreamsError {
     fn detail(&self) -> Option<String> {
         match self {
             StreamsError::Spi { error, .. } | StreamsError::CorruptEvent { error, .. } => Some(error.clone()),
+            StreamsError::AmbiguousSubscription { owners, .. } => {
+                Some(format!("Roles you belong to that own one: {}.", owners.join(", ")))
+            }
             StreamsError::CommitTimesLost { after, through, .. } => Some(format!(
                 "Their events, at positions after {after} through {through}, carry the time the worker recorded \
                  them instead, an upper bound; streams.commit_times.inexact lists them."

@@ -78,9 +78,16 @@ pub extern "C-unwind" fn litebase_streams_launcher_main(_arg: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi(None, None);
     // SAFETY: MyProc is set for every backend, this worker included, once it is connected.
     shmem::set_launcher(unsafe { (*pg_sys::MyProc).pgprocno });
-    let mut pending = connectable_databases();
+    let mut known = connectable_databases();
+    let mut pending = known.clone();
     let mut last_warning: Option<Instant> = None;
     loop {
+        // A database created since the last look (from a template that has
+        // the extension, say), or one that stopped being a template, gets
+        // its worker tried once, as every database is at server start.
+        let connectable = connectable_databases();
+        pending.extend(connectable.iter().filter(|db| !known.contains(db)));
+        known = connectable;
         let mut starved = Vec::new();
         pending.retain(|&db| {
             let started = launch(db, None);
@@ -89,7 +96,9 @@ pub extern "C-unwind" fn litebase_streams_launcher_main(_arg: pg_sys::Datum) {
             }
             !started
         });
-        for db in shmem::databases_needing_a_worker() {
+        // Never for a template: a worker connected to one makes every
+        // CREATE DATABASE from it fail ("being accessed by other users").
+        for db in shmem::databases_needing_a_worker().into_iter().filter(|db| known.contains(db)) {
             if !launch(db, None) {
                 starved.push(db);
             }
@@ -113,8 +122,9 @@ pub extern "C-unwind" fn litebase_streams_launcher_main(_arg: pg_sys::Datum) {
     }
 }
 
-/// Every database that accepts connections, read straight from the shared
-/// catalog (the launcher is connected to no database, so SQL is not available).
+/// Every database that accepts connections and is not a template, read
+/// straight from the shared catalog (the launcher is connected to no
+/// database, so SQL is not available).
 fn connectable_databases() -> Vec<pg_sys::Oid> {
     let mut found = Vec::new();
     // SAFETY: a catalog scan in a transaction of its own, the way autovacuum's

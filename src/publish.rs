@@ -273,11 +273,11 @@ fn checked_stream(stream: Option<&str>) -> pg_sys::Oid {
 /// "allocating" would hold the horizon with no position to show for it.
 fn next_position(sequence: pg_sys::Oid) -> i64 {
     if PUBLISHING.with(|p| p.get()).is_some() {
-        return took(pg_decls::nextval(sequence));
+        return took(above_horizon(pg_decls::nextval(sequence)));
     }
     wait_for_backlog();
     announce();
-    let position = PgTryBuilder::new(|| pg_decls::nextval(sequence))
+    let position = PgTryBuilder::new(|| above_horizon(pg_decls::nextval(sequence)))
         .catch_others(|error| {
             finish();
             error.rethrow()
@@ -285,6 +285,22 @@ fn next_position(sequence: pg_sys::Oid) -> i64 {
         .execute();
     PUBLISHING.with(|p| p.get()).expect("announced above").slot.hold(position as u64);
     took(position)
+}
+
+/// `position`, checked to be above the horizon (55000 otherwise). A
+/// position the sequence hands out always is (the transaction announced
+/// itself before taking it), unless the sequence was moved back with
+/// `setval`, which needs only UPDATE on it, and `pg_write_all_data` has that
+/// on every sequence: an event there would appear below positions readers
+/// have passed.
+fn above_horizon(position: i64) -> i64 {
+    if let Some(entry) = WORKER_ENTRY.with(|w| w.get()) {
+        let horizon = entry.horizon.load(std::sync::atomic::Ordering::Acquire);
+        if position as u64 <= horizon {
+            StreamsError::PositionBelowHorizon { position, horizon }.raise();
+        }
+    }
+    position
 }
 
 /// Note the newest position taken, for [`wait_for_backlog`].

@@ -52,6 +52,10 @@ pub extern "C-unwind" fn litebase_streams_worker_main(arg: pg_sys::Datum) {
     if !in_transaction(extension_installed) {
         return; // most databases, at server start
     }
+    if in_transaction(crate::delivery::database_is_template) {
+        log!("litebase_streams worker for database {}: a template database gets no worker", db.to_u32());
+        return;
+    }
     let Some(entry) = shmem::claim_db(db) else {
         warning!("litebase_streams: more databases with the extension than max_worker_processes; no worker here");
         return;
@@ -263,6 +267,10 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                 log!("litebase_streams worker for database {}: extension dropped, exiting", db.to_u32());
                 return;
             }
+            Ok(Round::Template) => {
+                log!("litebase_streams worker for database {}: the database became a template, exiting", db.to_u32());
+                return;
+            }
             Ok(Round::Done { horizon, delivered, newest, more }) => {
                 failures = 0;
                 visible_now = !more;
@@ -317,7 +325,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                         split = false;
                     }
                 }
-                Ok(Round::ExtensionGone) => return,
+                Ok(Round::ExtensionGone | Round::Template) => return,
                 Err(failure) => {
                     notify_failures += 1;
                     entry.notify_state.store(failure.notify_state() as u32, Ordering::Relaxed);

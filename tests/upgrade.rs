@@ -54,13 +54,49 @@ fn default_version() -> String {
         .get(0)
 }
 
+/// The extension directory of the server the tests run against.
+fn extension_dir() -> PathBuf {
+    let pg_config = std::env::var("LITEBASE_STREAMS_PG_CONFIG").expect("LITEBASE_STREAMS_PG_CONFIG is set");
+    let out = Command::new(pg_config).arg("--sharedir").output().expect("pg_config --sharedir");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join("extension")
+}
+
+/// Held while the frozen 0.1.0 script is in the extension directory.
+static OLD_SCRIPT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// CREATE EXTENSION at the frozen first version, and wait for its worker.
+/// `make install` does not install that version's script (it has security
+/// holes fixed by later steps, so a fresh install of it must be impossible),
+/// so the test puts the repository's copy in the extension directory for
+/// the CREATE EXTENSION alone and removes it again.
 fn install_0_1_0(db: &TestDb) {
-    db.connect()
-        .batch_execute("CREATE EXTENSION litebase_streams VERSION '0.1.0'")
-        .expect("CREATE EXTENSION litebase_streams VERSION '0.1.0'");
+    let script = extension_dir().join("litebase_streams--0.1.0.sql");
+    {
+        let _only_us = OLD_SCRIPT.lock().unwrap_or_else(|e| e.into_inner());
+        let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sql/litebase_streams--0.1.0.sql");
+        std::fs::copy(&source, &script).expect("copy the frozen 0.1.0 script into the extension directory");
+        let created = db.connect().batch_execute("CREATE EXTENSION litebase_streams VERSION '0.1.0'");
+        std::fs::remove_file(&script).expect("remove the frozen 0.1.0 script again");
+        created.expect("CREATE EXTENSION litebase_streams VERSION '0.1.0'");
+    }
     db.wait_for_worker();
     assert_eq!(extversion(&mut db.connect()), "0.1.0");
+}
+
+/// The upgrade steps the repository ships (sql/litebase_streams--A--B.sql), as (A, B).
+fn upgrade_steps() -> Vec<(String, String)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sql");
+    let mut steps: Vec<(String, String)> = std::fs::read_dir(dir)
+        .expect("read sql/")
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            let versions = name.strip_prefix("litebase_streams--")?.strip_suffix(".sql")?;
+            let (from, to) = versions.split_once("--")?;
+            Some((from.to_owned(), to.to_owned()))
+        })
+        .collect();
+    steps.sort_by_key(|(from, _)| semver(from));
+    steps
 }
 
 /// A version as (major, minor, patch, is a release, pre-release tag): a
@@ -80,31 +116,27 @@ fn semver(version: &str) -> (u64, u64, u64, bool, String) {
     (major, minor, patch, pre.is_empty(), pre)
 }
 
-/// `ALTER EXTENSION ... UPDATE TO` every available version newer than the
-/// installed one, in semver order; returns the versions stepped through. Ends
-/// at the default version (what a fresh CREATE EXTENSION installs).
+/// `ALTER EXTENSION ... UPDATE TO` each version after the installed one,
+/// one step at a time along the repository's upgrade steps; returns the
+/// versions stepped through. Ends at the default version (what a fresh
+/// CREATE EXTENSION installs).
 fn update_chain(client: &mut Client) -> Vec<String> {
-    let installed = extversion(client);
-    let mut newer: Vec<String> = client
-        .query("SELECT version FROM pg_available_extension_versions WHERE name = 'litebase_streams'", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get::<_, String>(0))
-        .filter(|v| semver(v) > semver(&installed))
-        .collect();
-    newer.sort_by_key(|v| semver(v));
-    assert!(!newer.is_empty(), "a version newer than {installed} is available");
+    let mut at = extversion(client);
+    let mut stepped = Vec::new();
     // An update that waits for a lock fails the test instead of hanging it.
     client.batch_execute("SET lock_timeout = '30s'").unwrap();
-    for version in &newer {
+    while let Some((_, version)) = upgrade_steps().into_iter().find(|(from, _)| *from == at) {
         client
             .batch_execute(&format!("ALTER EXTENSION litebase_streams UPDATE TO '{version}'"))
             .unwrap_or_else(|e| panic!("ALTER EXTENSION litebase_streams UPDATE TO '{version}' failed: {e:?}"));
-        assert_eq!(&extversion(client), version, "UPDATE TO '{version}' installed that version");
+        assert_eq!(extversion(client), version, "UPDATE TO '{version}' installed that version");
+        at = version.clone();
+        stepped.push(version);
     }
     client.batch_execute("RESET lock_timeout").unwrap();
+    assert!(!stepped.is_empty(), "a step leads from the installed version");
     assert_eq!(extversion(client), default_version(), "the update chain ends at the default version");
-    newer
+    stepped
 }
 
 /// A received notification: its position, its sender's pid, its payload.

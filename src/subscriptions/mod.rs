@@ -83,16 +83,18 @@ pub(crate) fn create(name: &str, stream: &str, start: i64, ordered: bool) -> i32
     check_read_coverage(name, stream);
     // SAFETY: reads the backend's current user id, set once it is connected.
     let caller = unsafe { pg_sys::GetUserId() };
-    if find(name).is_some() {
+    if named(name).iter().any(|n| n.own) {
         // Before the INSERT, which would take an id from the sequence even
-        // when the name is taken (ids are 32-bit claim lock keys).
+        // when the name is taken (ids are 32-bit claim lock keys). Another
+        // role's subscription of the same name is no conflict: names are
+        // per owner.
         StreamsError::DuplicateSubscription(name.to_owned()).raise();
     }
     let created = as_owner(|client| {
         let args: [DatumWithOid; 5] = [name.into(), stream.into(), ordered.into(), start.into(), caller.into()];
         let rows = client.update(
             "INSERT INTO streams.subscription_state (name, stream, ordered, position, owner)
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO NOTHING RETURNING id",
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (owner, name) DO NOTHING RETURNING id",
             None,
             &args,
         )?;
@@ -539,32 +541,79 @@ fn refuse_webhook(subscription: &Subscription) {
     }
 }
 
+/// The subscription named `name` as the caller sees it. Names are per
+/// owning role, so that a role that takes a name first cannot lock another
+/// team out of it: the caller's own subscription of that name, else the one
+/// owned by a role whose privileges the caller has (42P09 when several are),
+/// else one owned by anybody, which [`check_member`] then refuses (42501).
 pub(crate) fn find(name: &str) -> Option<Subscription> {
-    let row = as_owner(|client| {
+    let named = named(name);
+    let first = named.first()?;
+    if !first.own && first.member {
+        let owners: Vec<String> = named.iter().filter(|n| n.member).map(|n| n.owner_name.clone()).collect();
+        if owners.len() > 1 {
+            StreamsError::AmbiguousSubscription { name: name.to_owned(), owners }.raise();
+        }
+    }
+    let selector = parse_stream_selector(&first.stream).or_raise();
+    Some(Subscription {
+        id: first.id,
+        name: name.to_owned(),
+        stream: first.stream.clone(),
+        selector,
+        ordered: first.ordered,
+        owner: first.owner,
+        webhook: first.webhook,
+    })
+}
+
+/// One subscription of a given name, seen from the caller.
+struct Named {
+    id: i32,
+    stream: String,
+    ordered: bool,
+    owner: pg_sys::Oid,
+    owner_name: String,
+    webhook: bool,
+    /// The caller owns it.
+    own: bool,
+    /// The caller has the privileges of its owner.
+    member: bool,
+}
+
+/// Every subscription named `name`: the caller's own first, then those of
+/// roles the caller acts for, then the rest.
+fn named(name: &str) -> Vec<Named> {
+    // SAFETY: reads the backend's current user id, set once it is connected.
+    let caller = unsafe { pg_sys::GetUserId() };
+    as_owner(|client| {
         let rows = with_latest_snapshot(|| {
             client.select(
-                "SELECT s.id, s.stream, s.ordered, s.owner,
-                        EXISTS (SELECT FROM streams.webhook_state w WHERE w.subscription = s.id)
-                 FROM streams.subscription_state s WHERE s.name = $1",
+                "SELECT s.id, s.stream, s.ordered, s.owner::oid, s.owner::text,
+                        EXISTS (SELECT FROM streams.webhook_state w WHERE w.subscription = s.id),
+                        s.owner::oid = $2 AS own,
+                        pg_catalog.pg_has_role($2, s.owner::oid, 'USAGE') AS member
+                 FROM streams.subscription_state s WHERE s.name = $1
+                 ORDER BY own DESC, member DESC, s.id",
                 None,
-                &[name.into()],
+                &[name.into(), caller.into()],
             )
         })?;
-        if rows.is_empty() {
-            return Ok(None);
+        let mut found = Vec::with_capacity(rows.len());
+        for row in rows {
+            found.push(Named {
+                id: row.get::<i32>(1)?.unwrap_or(0),
+                stream: row.get::<String>(2)?.unwrap_or_default(),
+                ordered: row.get::<bool>(3)?.unwrap_or(true),
+                owner: row.get::<pg_sys::Oid>(4)?.unwrap_or(pg_sys::InvalidOid),
+                owner_name: row.get::<String>(5)?.unwrap_or_default(),
+                webhook: row.get::<bool>(6)?.unwrap_or(false),
+                own: row.get::<bool>(7)?.unwrap_or(false),
+                member: row.get::<bool>(8)?.unwrap_or(false),
+            });
         }
-        let row = rows.first();
-        Ok(Some((
-            row.get::<i32>(1)?.unwrap_or(0),
-            row.get::<String>(2)?.unwrap_or_default(),
-            row.get::<bool>(3)?.unwrap_or(true),
-            row.get::<pg_sys::Oid>(4)?.unwrap_or(pg_sys::InvalidOid),
-            row.get::<bool>(5)?.unwrap_or(false),
-        )))
-    })?;
-    let (id, stream, ordered, owner, webhook) = row;
-    let selector = parse_stream_selector(&stream).or_raise();
-    Some(Subscription { id, name: name.to_owned(), stream, selector, ordered, owner, webhook })
+        Ok(found)
+    })
 }
 
 /// 42501 unless the caller has the privileges of the subscription's owner

@@ -72,17 +72,28 @@ pub struct Sender {
     agent: ureq::Agent,
     done_tx: mpsc::Sender<Outcome>,
     done_rx: mpsc::Receiver<Outcome>,
+    refused_tx: mpsc::Sender<String>,
+    refused_rx: mpsc::Receiver<String>,
 }
 
 impl Sender {
     pub fn new(timeout: Duration, allowed: Allowed) -> Sender {
         let (done_tx, done_rx) = mpsc::channel();
-        Sender { agent: agent(timeout, allowed), done_tx, done_rx }
+        let (refused_tx, refused_rx) = mpsc::channel();
+        Sender { agent: agent(timeout, allowed, refused_tx.clone()), done_tx, done_rx, refused_tx, refused_rx }
     }
 
     /// New settings: requests from now on use them.
     pub fn reconfigure(&mut self, timeout: Duration, allowed: Allowed) {
-        self.agent = agent(timeout, allowed);
+        self.agent = agent(timeout, allowed, self.refused_tx.clone());
+    }
+
+    /// What the address policy refused since the last call, with the
+    /// addresses: for the server's log only. The webhook's owner learns only
+    /// that the host's addresses are not allowed (`last_error`), never how an
+    /// internal name resolves.
+    pub fn refused(&self) -> Vec<String> {
+        self.refused_rx.try_iter().collect()
     }
 
     /// Start sending `request`; its outcome arrives through [`Sender::finished`].
@@ -110,7 +121,7 @@ impl Sender {
     }
 }
 
-fn agent(timeout: Duration, allowed: Allowed) -> ureq::Agent {
+fn agent(timeout: Duration, allowed: Allowed, refused: mpsc::Sender<String>) -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout_connect(timeout)
         .timeout_read(timeout)
@@ -118,13 +129,17 @@ fn agent(timeout: Duration, allowed: Allowed) -> ureq::Agent {
         .timeout(timeout)
         .redirects(0)
         .user_agent(concat!("litebase_streams/", env!("CARGO_PKG_VERSION")))
-        .resolver(PolicyResolver(Arc::new(allowed)))
+        .resolver(PolicyResolver { allowed: Arc::new(allowed), refused: std::sync::Mutex::new(refused) })
         .build()
 }
 
 /// Resolves host names and keeps only the addresses the policy allows; the
-/// client connects to nothing else.
-struct PolicyResolver(Arc<Allowed>);
+/// client connects to nothing else. A refusal names the addresses only on
+/// `refused`, for the server's log (see [`Sender::refused`]).
+struct PolicyResolver {
+    allowed: Arc<Allowed>,
+    refused: std::sync::Mutex<mpsc::Sender<String>>,
+}
 
 impl ureq::Resolver for PolicyResolver {
     fn resolve(&self, netloc: &str) -> std::io::Result<Vec<SocketAddr>> {
@@ -132,18 +147,24 @@ impl ureq::Resolver for PolicyResolver {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let found: Vec<SocketAddr> = netloc.to_socket_addrs()?.collect();
         let (allowed, refused): (Vec<SocketAddr>, Vec<SocketAddr>) =
-            found.into_iter().partition(|addr| self.0.permits(host, addr.ip()));
+            found.into_iter().partition(|addr| self.allowed.permits(host, addr.ip()));
         if allowed.is_empty() && !refused.is_empty() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                format!(
-                    "{host} resolves to {}, not a public address and not in litebase_streams.webhook_allowed_hosts",
-                    refused[0].ip()
-                ),
-            ));
+            let addresses: Vec<String> = refused.iter().map(|a| a.ip().to_string()).collect();
+            if let Ok(log) = self.refused.lock() {
+                let _ = log.send(format!("{host} resolves to {}", addresses.join(", ")));
+            }
+            return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, refused_message(host)));
         }
         Ok(allowed)
     }
+}
+
+/// What the webhook's owner reads when the address policy refuses `host`.
+fn refused_message(host: &str) -> String {
+    format!(
+        "{host}: the address it resolves to is not allowed (not a public address and not in \
+         litebase_streams.webhook_allowed_hosts); the server log names it"
+    )
 }
 
 /// POST the request; (status, error), error None for a 2xx.

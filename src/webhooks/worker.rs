@@ -140,7 +140,7 @@ pub extern "C-unwind" fn litebase_streams_webhook_worker_main(arg: pg_sys::Datum
     // not be missed).
     // SAFETY: outside any transaction, as every backend reloads on SIGHUP.
     unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
-    if !in_transaction(extension_installed) {
+    if !in_transaction(extension_installed) || in_transaction(crate::delivery::database_is_template) {
         return;
     }
     let Some(entry) = shmem::claim_db(db) else { return };
@@ -249,6 +249,9 @@ fn serve(entry: &'static DbEntry) {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
             sender.reconfigure(gucs::webhook_timeout(), allowed_hosts());
         }
+        for refused in sender.refused() {
+            log!("litebase_streams webhook worker: address policy refused a request: {refused}");
+        }
         for outcome in sender.finished() {
             in_flight.remove(&outcome.webhook);
             if outcome.delivered() {
@@ -259,7 +262,8 @@ fn serve(entry: &'static DbEntry) {
             reports.push(outcome.into());
         }
         let turn = attempt(|| {
-            if !extension_installed() {
+            // A template database keeps no worker connected (see delivery::database_is_template).
+            if !extension_installed() || crate::delivery::database_is_template() {
                 return None;
             }
             Some(Spi::connect_mut(|client| {
@@ -277,7 +281,7 @@ fn serve(entry: &'static DbEntry) {
         });
         let (webhooks, horizon) = match turn {
             Ok(None) => {
-                log!("litebase_streams webhook worker: extension dropped, exiting");
+                log!("litebase_streams webhook worker: extension dropped or database became a template, exiting");
                 return;
             }
             Ok(Some(Ok((unrecorded, loaded)))) => {
