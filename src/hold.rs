@@ -7,7 +7,10 @@
 //! the transaction holding the horizon has been open (since its first
 //! publish) for longer than the timeout, the worker terminates its session,
 //! as `pg_terminate_backend` would, and logs why. The transaction aborts, its
-//! events never existed, and the horizon moves on.
+//! events never existed, and the horizon moves on. A transaction whose commit
+//! is already written (it waits for synchronous replication) is never
+//! terminated: it has committed, and its events become final once the
+//! standbys confirm it.
 //!
 //! The worker reads the database's own value (`ALTER DATABASE ... SET`) from
 //! `pg_db_role_setting` at most once a second while a holder exists, so a
@@ -36,6 +39,13 @@ pub fn enforce(max_allocated: u64, held: &[(usize, u64)]) {
     if age <= timeout || pid == 0 {
         return;
     }
+    if commit_is_written(procno) {
+        // Its commit record is written and the transaction is committed:
+        // it waits for synchronous replication (or for its commit callback
+        // to run). Terminating it now would tell its client the commit
+        // failed while it stands, and a retry would publish twice.
+        return;
+    }
     ereport!(
         PgLogLevel::LOG,
         PgSqlErrorCode::ERRCODE_ADMIN_SHUTDOWN,
@@ -46,6 +56,26 @@ pub fn enforce(max_allocated: u64, held: &[(usize, u64)]) {
         format!("litebase_streams.hold_timeout is {} ms.", timeout.as_millis())
     );
     let _ = Spi::get_one_with_args::<bool>("SELECT pg_catalog.pg_terminate_backend($1)", &[pid.into()]);
+}
+
+/// Whether the transaction of the process at `procno` is already committed
+/// in the commit log: PostgreSQL marks it there before it waits for
+/// synchronous replication, and only then leaves the proc array.
+fn commit_is_written(procno: usize) -> bool {
+    // SAFETY: ProcGlobal's allProcs live in shared memory for the server's
+    // life and `procno` came from a publisher slot, so it indexes them; the
+    // xid is read without a lock, which at worst reads the xid of the
+    // transaction the process runs next (then not committed: terminated as
+    // before). TransactionIdDidCommit reads the commit log inside the round's
+    // transaction, through pgrx's guard.
+    unsafe {
+        let global = pg_sys::ProcGlobal;
+        if procno >= (*global).allProcCount as usize {
+            return false;
+        }
+        let xid = std::ptr::read_volatile(&(*(*global).allProcs.add(procno)).xid);
+        xid != pg_sys::InvalidTransactionId && pg_sys::TransactionIdDidCommit(xid)
+    }
 }
 
 /// Apply this database's `litebase_streams.hold_timeout` from

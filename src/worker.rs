@@ -120,8 +120,13 @@ pub(crate) fn wait_for_creator() {
 ///   user's statement failing with a deadlock. No statement or idle timeout
 ///   may end the worker's own session.
 /// * `session_replication_role = origin`: the immutability triggers fire.
-/// * `synchronous_commit = off`: the worker's state is derived from durable
-///   data, so its commits need not wait for the WAL flush.
+/// * `synchronous_commit = on`: final means durable. A round's commit is what
+///   makes its events final (the horizon it writes), and a synchronous commit
+///   flushes the WAL up to its own commit record, so also every publisher's
+///   commit record before it (publishers with `synchronous_commit = off`
+///   leave theirs in the WAL buffers), and with synchronous replication it
+///   waits for the standbys as well: no reader ever sees an event a crash or
+///   a failover can take back, whatever the publishers' setting.
 const PINNED_SETTINGS: &str = "
     SET exit_on_error = off;
     SELECT pg_catalog.set_config('session_authorization',
@@ -136,7 +141,7 @@ const PINNED_SETTINGS: &str = "
     SET idle_in_transaction_session_timeout = 0;
     SET idle_session_timeout = 0;
     SET session_replication_role = origin;
-    SET synchronous_commit = off;
+    SET synchronous_commit = on;
     SET row_security = on;
     SET standard_conforming_strings = on;
     SET transform_null_equals = off;
