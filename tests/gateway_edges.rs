@@ -2,8 +2,9 @@
 //! a token, or with a token it should not have, can make it hold or do.
 //! Slow and oversized headers, idle and surplus TCP connections, clients
 //! that stop reading, SSE during an outage, reserved roles, token expiry and
-//! nbf, junk positions, JSON nested too deep, 405, /healthz, page bytes,
-//! publish bodies that trickle.
+//! nbf, time claims that are huge or not integers, topics one role may hold
+//! and how soon they close, junk positions, JSON nested too deep, 405,
+//! /healthz, page bytes, publish bodies that trickle.
 
 mod common;
 
@@ -423,4 +424,126 @@ fn json_pages_are_cut_at_max_page_bytes() {
         after = *got.last().unwrap();
     }
     assert_eq!(got, positions);
+}
+
+/// Whether a WebSocket subscription to `stream` was taken; the error message otherwise.
+fn ws_subscribe(ws: &mut common::gateway::Ws, stream: &str) -> Result<(), Value> {
+    ws.send(serde_json::json!({"type": "subscribe", "stream": stream}));
+    let m = ws.next(Duration::from_secs(20)).expect("an answer to subscribe");
+    match m["type"].as_str() {
+        Some("subscribed") => Ok(()),
+        Some("error") => Err(m),
+        _ => panic!("neither subscribed nor an error: {m}"),
+    }
+}
+
+/// One token holder's subscriptions open at most --max-topics-per-role
+/// topics (the rest are told to retry, as for --max-topics), so another
+/// role still gets one while the gateway-wide cap has room.
+#[test]
+fn one_role_cannot_take_every_topic() {
+    let s = Setup::new(&["--max-topics", "8", "--max-topics-per-role", "2"]);
+    let other = TestRole::new(&s.db, "other", "NOLOGIN");
+    s.db.connect()
+        .batch_execute(&format!(
+            "SELECT streams.grant('read', 'pay.*', '{r}'); GRANT {r} TO {g};",
+            r = other.name,
+            g = s.login.name
+        ))
+        .unwrap();
+    let greedy = token(&s.reader.name);
+    let held: Vec<Sse> = ["pay.a", "pay.b"]
+        .iter()
+        .map(|stream| {
+            let sse = s.gateway.sse(&format!("/v1/streams/{stream}/events"), Some(&greedy), None);
+            assert_eq!(sse.status, 200, "{stream}");
+            sse
+        })
+        .collect();
+    let auth = format!("Bearer {greedy}");
+    let answer =
+        raw(s.gateway.port, "/v1/streams/pay.c/events", &[("Authorization", &auth), ("Accept", "text/event-stream")]);
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.0 200"), "{answer:?}");
+    assert!(body.starts_with("retry: ") && body.contains("--max-topics-per-role"), "{body:?}");
+    let mut ws = s.gateway.ws(&greedy);
+    let refused = ws_subscribe(&mut ws, "pay.c").unwrap_err();
+    assert_eq!(refused["status"], 503, "{refused}");
+    assert!(refused["error"].as_str().unwrap().contains("--max-topics-per-role"), "{refused}");
+    // The same patterns are not new topics: more clients of the role share them.
+    ws_subscribe(&mut ws, "pay.a").unwrap();
+
+    let t = token(&other.name);
+    let mut theirs = s.gateway.sse("/v1/streams/pay.c/events", Some(&t), None);
+    assert_eq!(theirs.status, 200);
+    let p = publish(&mut s.db.connect(), "pay.c", r#"{"for": "other"}"#);
+    assert_eq!(theirs.next(Duration::from_secs(15)).expect("the other role's event").id, Some(p));
+    drop(held);
+}
+
+/// A topic closes about --topic-idle-ms (1 s by default) after its last
+/// client left, not after its backed-off poll: the role's count drops with
+/// it, and the role may open another at once.
+#[test]
+fn a_topic_closes_soon_after_its_last_client_leaves() {
+    // --max-topics 4: by default each role holds at most one topic.
+    let s = Setup::new(&["--max-topics", "4"]);
+    let t = token(&s.reader.name);
+    let sse = s.gateway.sse("/v1/streams/pay.a/events", Some(&t), None);
+    assert_eq!(sse.status, 200);
+    let mut ws = s.gateway.ws(&t);
+    let refused = ws_subscribe(&mut ws, "pay.b").unwrap_err();
+    assert!(refused["error"].as_str().unwrap().contains("--max-topics-per-role"), "{refused}");
+    assert_eq!(s.gateway.metric("gateway_topics"), 1.0);
+    drop(sse);
+    wait_until("the topic of the client that left closed", Duration::from_secs(5), || {
+        s.gateway.metric("gateway_topics") == 0.0
+    });
+    ws_subscribe(&mut ws, "pay.b").unwrap();
+    let p = publish(&mut s.db.connect(), "pay.b", "{}");
+    let m = ws.next(Duration::from_secs(15)).expect("an event on the new topic");
+    assert_eq!((m["type"].as_str(), m["position"].as_i64()), (Some("event"), Some(p)), "{m}");
+}
+
+/// `exp`, `nbf` and `iat` must be integers: an `exp` past what the clock
+/// holds, a float, or a string (which jsonwebtoken would skip, so a string
+/// `nbf` hid a future one) gets 401, and the gateway goes on serving.
+#[test]
+fn tokens_with_huge_or_non_integer_times_get_401() {
+    let s = Setup::new(&[]);
+    let role = s.reader.name.as_str();
+    let later = now() + 3600;
+    let bad = [
+        serde_json::json!({"role": role, "exp": 1u64 << 63}),
+        serde_json::json!({"role": role, "exp": u64::MAX}),
+        serde_json::json!({"role": role, "exp": 1e30}),
+        serde_json::json!({"role": role, "exp": later.to_string()}),
+        serde_json::json!({"role": role, "exp": later, "nbf": "99999999999"}),
+        serde_json::json!({"role": role, "exp": later, "iat": now().to_string()}),
+    ];
+    let page = |t: &str| {
+        let auth = format!("Bearer {t}");
+        s.gateway.request(
+            "GET",
+            "/v1/streams/pay.*/events",
+            &[("Authorization", &auth), ("Accept", "application/json")],
+            "",
+        )
+    };
+    for claims in &bad {
+        let t = token_claims(claims.clone());
+        let (status, body) = page(&t);
+        assert_eq!(status, 401, "{claims}: {body}");
+        assert!(json(&body)["error"].as_str().unwrap().starts_with("invalid token"), "{claims}: {body}");
+        let sse = s.gateway.sse("/v1/streams/pay.*/events", Some(&t), None);
+        assert_eq!(sse.status, 401, "{claims} over SSE");
+        let url = format!("ws://127.0.0.1:{}/v1/ws?access_token={t}", s.gateway.port);
+        match tungstenite::connect(url) {
+            Err(tungstenite::Error::Http(response)) => assert_eq!(response.status(), 401, "{claims} over WebSocket"),
+            other => panic!("{claims} over WebSocket: {:?}", other.map(|(_, r)| r.status())),
+        }
+    }
+    let fine = token_claims(serde_json::json!({"role": role, "exp": later, "nbf": now() - 60, "iat": now() - 60}));
+    let (status, body) = page(&fine);
+    assert_eq!(status, 200, "{body}");
 }

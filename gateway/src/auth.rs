@@ -2,20 +2,54 @@
 //! `Authorization: Bearer`, or the `access_token` query parameter for
 //! browsers, whose EventSource and WebSocket cannot set headers), or the
 //! anonymous role when one is configured. Tokens are never logged.
+//!
+//! A token's `exp`, `nbf` and `iat`, when present, must be integers of
+//! seconds since 1970: jsonwebtoken skips the check of a time claim it
+//! cannot read as a number (`"nbf": "99999999999"` would pass unchecked),
+//! so anything else makes the token invalid here. An `exp` beyond what the
+//! system clock can hold is refused too, and a stream's end is computed with
+//! bounded arithmetic: no claim can make a request panic.
 
+use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::{header, HeaderMap};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
-use serde::{Deserialize, Serialize};
+use serde::{de, Deserialize, Deserializer, Serialize};
 
 use crate::error::ApiError;
+
+/// The furthest off a stream's end is put: a token without `exp`, or with
+/// one further away, ends no stream (and the timer stays far from overflow).
+const NEVER: Duration = Duration::from_secs(100 * 365 * 86_400);
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Claims {
     pub role: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "numeric_date", skip_serializing_if = "Option::is_none")]
     pub exp: Option<u64>,
+    #[serde(default, deserialize_with = "numeric_date", skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<u64>,
+    #[serde(default, deserialize_with = "numeric_date", skip_serializing_if = "Option::is_none")]
+    pub iat: Option<u64>,
+}
+
+/// A present time claim: a non-negative JSON integer, nothing else (not a
+/// string, a float, a negative number or null).
+fn numeric_date<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    struct Seconds;
+    impl de::Visitor<'_> for Seconds {
+        type Value = Option<u64>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an integer number of seconds since 1970 (exp, nbf and iat)")
+        }
+
+        fn visit_u64<E: de::Error>(self, seconds: u64) -> Result<Option<u64>, E> {
+            Ok(Some(seconds))
+        }
+    }
+    deserializer.deserialize_u64(Seconds)
 }
 
 pub struct Auth {
@@ -35,10 +69,11 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// When a stream of this identity must end, on tokio's clock.
-    pub fn deadline(&self) -> Option<tokio::time::Instant> {
-        let left = self.expires?.duration_since(SystemTime::now()).unwrap_or_default();
-        Some(tokio::time::Instant::now() + left)
+    /// When a stream of this identity must end, on tokio's clock (at most
+    /// `NEVER` from now).
+    pub fn deadline(&self) -> tokio::time::Instant {
+        let left = self.expires.map_or(NEVER, |at| at.duration_since(SystemTime::now()).unwrap_or_default());
+        tokio::time::Instant::now() + left.min(NEVER)
     }
 }
 
@@ -98,8 +133,14 @@ impl Auth {
         if reserved_role(&claims.role) || self.login.as_deref() == Some(claims.role.as_str()) {
             return Err(ApiError::unauthorized("invalid token: the role claim names a role tokens may not use"));
         }
-        let expires =
-            claims.exp.map(|exp| UNIX_EPOCH + Duration::from_secs(exp.saturating_add(self.validation.leeway)));
+        let expires = match claims.exp {
+            Some(exp) => Some(
+                exp.checked_add(self.validation.leeway)
+                    .and_then(|secs| UNIX_EPOCH.checked_add(Duration::from_secs(secs)))
+                    .ok_or_else(|| ApiError::unauthorized("invalid token: exp is beyond the range of the clock"))?,
+            ),
+            None => None,
+        };
         Ok(Identity { role: claims.role, expires })
     }
 }
@@ -107,7 +148,7 @@ impl Auth {
 /// A token for `role`, valid for `expires_in` seconds.
 pub fn mint(secret: &str, role: &str, expires_in: u64) -> String {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_secs();
-    let claims = Claims { role: role.to_owned(), exp: Some(now + expires_in) };
+    let claims = Claims { role: role.to_owned(), exp: Some(now.saturating_add(expires_in)), nbf: None, iat: None };
     jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(secret.as_bytes()))
         .expect("HS256 signing does not fail")
 }
@@ -131,7 +172,7 @@ mod tests {
         assert_eq!(auth.role(&headers("garbage"), None).unwrap_err().status, 401);
         assert_eq!(auth.role(&HeaderMap::new(), None).unwrap_err().status, 401);
         let expired = {
-            let claims = Claims { role: "app".into(), exp: Some(1) };
+            let claims = Claims { role: "app".into(), exp: Some(1), nbf: None, iat: None };
             jsonwebtoken::encode(&Header::default(), &claims, &EncodingKey::from_secret(b"s3cret")).unwrap()
         };
         assert_eq!(auth.role(&headers(&expired), None).unwrap_err().status, 401);
@@ -147,6 +188,61 @@ mod tests {
         let id = auth.identity(&headers(&mint("s3cret", "app", 60)), None).unwrap();
         let left = id.expires.unwrap().duration_since(SystemTime::now()).unwrap().as_secs();
         assert!((60..=66).contains(&left), "{left}");
+    }
+
+    fn signed(claims: serde_json::Value) -> String {
+        jsonwebtoken::encode(&Header::default(), &claims, &EncodingKey::from_secret(b"s3cret")).unwrap()
+    }
+
+    fn now() -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+    }
+
+    #[test]
+    fn time_claims_that_are_not_integers_are_refused() {
+        let auth = Auth::new(Some("s3cret"), None, None);
+        let later = now() + 3600;
+        for claim in ["exp", "nbf", "iat"] {
+            for value in [
+                serde_json::json!(later.to_string()),
+                serde_json::json!("99999999999"),
+                serde_json::json!(1e30),
+                serde_json::json!(later as f64 + 0.5),
+                serde_json::json!(-1),
+                serde_json::json!(null),
+                serde_json::json!(true),
+                serde_json::json!([later]),
+            ] {
+                let mut claims = serde_json::json!({"role": "app", "exp": later});
+                claims[claim] = value.clone();
+                let refused = auth.role(&headers(&signed(claims)), None).unwrap_err();
+                assert_eq!(refused.status, 401, "{claim}: {value}");
+                assert!(refused.error.contains("seconds since 1970"), "{claim}: {value}: {}", refused.error);
+            }
+        }
+        // Integers are taken, and an integer nbf in the future is refused as before.
+        let fine = signed(serde_json::json!({"role": "app", "exp": later, "nbf": now() - 10, "iat": now() - 10}));
+        assert_eq!(auth.role(&headers(&fine), None).unwrap(), "app");
+        let not_yet = signed(serde_json::json!({"role": "app", "nbf": 99_999_999_999u64}));
+        assert_eq!(auth.role(&headers(&not_yet), None).unwrap_err().status, 401);
+    }
+
+    #[test]
+    fn an_exp_beyond_the_clock_is_refused_without_a_panic() {
+        let auth = Auth::new(Some("s3cret"), None, None);
+        for exp in [1u64 << 63, u64::MAX, u64::MAX - 2] {
+            let refused = auth.identity(&headers(&signed(serde_json::json!({"role": "app", "exp": exp}))), None);
+            let refused = refused.unwrap_err();
+            assert_eq!(refused.status, 401, "{exp}");
+            assert!(refused.error.contains("exp"), "{exp}: {}", refused.error);
+        }
+        // A thousand years is taken, and its stream's end stays within reach of tokio's clock.
+        let far = signed(serde_json::json!({"role": "app", "exp": now() + 10 * NEVER.as_secs()}));
+        let id = auth.identity(&headers(&far), None).unwrap();
+        let left = id.deadline() - tokio::time::Instant::now();
+        assert!(left > NEVER - Duration::from_secs(60) && left <= NEVER, "{left:?}");
+        let none = Identity { role: "app".into(), expires: None };
+        assert!(none.deadline() - tokio::time::Instant::now() > NEVER - Duration::from_secs(60));
     }
 
     #[test]

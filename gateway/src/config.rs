@@ -120,9 +120,16 @@ pub struct Config {
     #[arg(long, env = "LITEBASE_GATEWAY_MAX_TOPICS", default_value_t = 10_000)]
     pub max_topics: usize,
 
+    /// Most topics one role holds at once (the anonymous role counts as one), so that one token holder cannot
+    /// take all of --max-topics; a subscription that would open one more for its role gets 503. Default: a
+    /// quarter of --max-topics (at least 1).
+    #[arg(long, env = "LITEBASE_GATEWAY_MAX_TOPICS_PER_ROLE")]
+    pub max_topics_per_role: Option<usize>,
+
     /// Milliseconds a topic stays after its last client left (a client that comes back meanwhile finds it
-    /// warm); then it closes and UNLISTENs the channels no other topic uses.
-    #[arg(long, env = "LITEBASE_GATEWAY_TOPIC_IDLE_MS", default_value_t = 10_000)]
+    /// warm; one that comes later opens it again and catches up all the same); then it closes, no longer
+    /// counts toward --max-topics and --max-topics-per-role, and UNLISTENs the channels no other topic uses.
+    #[arg(long, env = "LITEBASE_GATEWAY_TOPIC_IDLE_MS", default_value_t = 1000)]
     pub topic_idle_ms: u64,
 
     /// Largest request body (publish), in bytes.
@@ -152,6 +159,10 @@ impl Config {
 
     pub fn poll_interval(&self) -> Duration {
         Duration::from_millis(self.poll_interval_ms.max(10))
+    }
+
+    pub fn max_topics_per_role(&self) -> usize {
+        self.max_topics_per_role.unwrap_or((self.max_topics / 4).max(1))
     }
 
     pub fn topic_idle(&self) -> Duration {

@@ -200,7 +200,7 @@ fn try_again_later(e: &ApiError) -> Body {
 /// polled by the connection's own task (no task or queue of its own in
 /// between). The frames are the events' own (encoded once for every client)
 /// rather than axum's `Sse`, which would encode each event per client.
-fn sse_body(sub: Subscription, heartbeat: Duration, expires: Option<tokio::time::Instant>, guard: ConnGuard) -> Body {
+fn sse_body(sub: Subscription, heartbeat: Duration, expires: tokio::time::Instant, guard: ConnGuard) -> Body {
     const PING: Bytes = Bytes::from_static(b": ping\n\n");
     struct State {
         sub: Subscription,
@@ -211,8 +211,6 @@ fn sse_body(sub: Subscription, heartbeat: Duration, expires: Option<tokio::time:
         _guard: ConnGuard,
     }
     let ping = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
-    // No expiry: a deadline far enough away never to come.
-    let expires = expires.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86_400));
     let expires = Box::pin(tokio::time::sleep_until(expires));
     let state = State { sub, ping, started: false, expires, _guard: guard };
     let frames = futures_util::stream::unfold(state, |mut st| async move {

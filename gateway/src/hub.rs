@@ -12,7 +12,9 @@
 //! above the last one it sent. The two together miss nothing and repeat
 //! nothing.
 //!
-//! The hub owns the topics (at most `--max-topics`), the LISTEN connection
+//! The hub owns the topics (at most `--max-topics`, and at most
+//! `--max-topics-per-role` of one role, so that one token holder cannot
+//! take them all), the LISTEN connection
 //! (listen.rs) and the worker's pid; each notification goes to the topics
 //! whose pattern matches its channel (`Hub::dispatch`). How a topic learns
 //! of events and sends them: hub/topic.rs.
@@ -42,7 +44,7 @@ const INBOX_BYTES: usize = 1024 * 1024;
 pub struct Hub {
     pub cfg: Config,
     pub db: Db,
-    topics: Mutex<HashMap<(String, String), Arc<Topic>>>,
+    topics: Mutex<Topics>,
     listen: mpsc::UnboundedSender<crate::listen::ListenRequest>,
     /// The worker's pid as the last replay read it (0: not known yet).
     worker_pid: AtomicI32,
@@ -62,6 +64,56 @@ pub struct Slot {
     kill: Arc<Notify>,
 }
 
+/// The topics by (role, pattern), and how many each role holds.
+#[derive(Default)]
+struct Topics {
+    by_key: HashMap<(String, String), Arc<Topic>>,
+    per_role: HashMap<String, usize>,
+}
+
+impl Topics {
+    fn insert(&mut self, key: (String, String), topic: Arc<Topic>) {
+        *self.per_role.entry(key.0.clone()).or_default() += 1;
+        self.by_key.insert(key, topic);
+        metrics::get().topics.increment(1.0);
+    }
+
+    /// Remove `topic` if it is still the one under its key.
+    fn remove(&mut self, topic: &Arc<Topic>) {
+        let key = (topic.role.clone(), topic.pattern.clone());
+        if !self.by_key.get(&key).is_some_and(|t| Arc::ptr_eq(t, topic)) {
+            return;
+        }
+        self.by_key.remove(&key);
+        if let Some(held) = self.per_role.get_mut(&key.0) {
+            *held -= 1;
+            if *held == 0 {
+                self.per_role.remove(&key.0);
+            }
+        }
+        metrics::get().topics.decrement(1.0);
+    }
+
+    /// Why a new topic for `role` may not open now, if it may not.
+    fn refusal(&self, role: &str, cfg: &Config) -> Option<ApiError> {
+        if self.by_key.len() >= cfg.max_topics {
+            return Some(ApiError::unavailable(format!(
+                "too many subscribed patterns: the gateway serves at most {} role and pattern pairs at once \
+                 (--max-topics); retry later",
+                cfg.max_topics
+            )));
+        }
+        let cap = cfg.max_topics_per_role();
+        if self.per_role.get(role).copied().unwrap_or(0) >= cap {
+            return Some(ApiError::unavailable(format!(
+                "too many subscribed patterns for role {role:?}: the gateway serves at most {cap} patterns of one \
+                 role at once (--max-topics-per-role); retry once some of its subscriptions have ended"
+            )));
+        }
+        None
+    }
+}
+
 pub struct Note {
     pub pid: i32,
     pub payload: String,
@@ -73,7 +125,7 @@ impl Hub {
         let hub = Arc::new(Hub {
             cfg,
             db,
-            topics: Mutex::new(HashMap::new()),
+            topics: Mutex::new(Topics::default()),
             listen,
             worker_pid: AtomicI32::new(0),
             listening: false.into(),
@@ -104,29 +156,24 @@ impl Hub {
             let topic = {
                 let mut topics = self.topics.lock().unwrap();
                 let key = (role.to_owned(), pattern.to_owned());
-                if !topics.contains_key(&key) && topics.len() >= self.cfg.max_topics {
-                    metrics::get().topic_limit_refusals.increment(1);
-                    return Err(ApiError::unavailable(format!(
-                        "too many subscribed patterns: the gateway serves at most {} role and pattern pairs at once \
-                         (--max-topics); retry later",
-                        self.cfg.max_topics
-                    )));
+                match topics.by_key.get(&key) {
+                    Some(topic) => topic.clone(),
+                    None => {
+                        if let Some(refusal) = topics.refusal(role, &self.cfg) {
+                            metrics::get().topic_limit_refusals.increment(1);
+                            return Err(refusal);
+                        }
+                        let topic = Arc::new(Topic::new(role, pattern, selector.clone()));
+                        topics.insert(key, topic.clone());
+                        topic
+                    }
                 }
-                topics
-                    .entry(key)
-                    .or_insert_with(|| {
-                        metrics::get().topics.increment(1.0);
-                        Arc::new(Topic::new(role, pattern, selector.clone()))
-                    })
-                    .clone()
             };
             if let Err(e) = topic.ensure_started(self).await {
                 // Leave no topic behind that no task runs (its inbox would only grow).
                 let mut topics = self.topics.lock().unwrap();
-                let key = (role.to_owned(), pattern.to_owned());
-                if !topic.started.load(Ordering::Relaxed) && topics.get(&key).is_some_and(|t| Arc::ptr_eq(t, &topic)) {
-                    topics.remove(&key);
-                    metrics::get().topics.decrement(1.0);
+                if !topic.started.load(Ordering::Relaxed) {
+                    topics.remove(&topic);
                 }
                 return Err(e);
             }
@@ -176,7 +223,7 @@ impl Hub {
             metrics::get().unverified_notifications.increment(1);
         }
         let topics = self.topics.lock().unwrap();
-        for topic in topics.values().filter(|t| t.selector.matches(channel)) {
+        for topic in topics.by_key.values().filter(|t| t.selector.matches(channel)) {
             let mut st = topic.state.lock().unwrap();
             if !verified {
                 st.force_replay = true;
@@ -200,7 +247,7 @@ impl Hub {
     /// again only once a replay has read it.
     pub fn replay_all(&self) {
         self.worker_pid.store(0, Ordering::Relaxed);
-        for topic in self.topics.lock().unwrap().values() {
+        for topic in self.topics.lock().unwrap().by_key.values() {
             topic.state.lock().unwrap().force_replay = true;
             topic.wake.notify_one();
         }
@@ -223,5 +270,53 @@ impl Hub {
 impl Slot {
     pub fn id(&self) -> u64 {
         self.id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn config(args: &[&str]) -> Config {
+        crate::config::Cli::parse_from(std::iter::once("gateway").chain(args.iter().copied())).serve
+    }
+
+    #[test]
+    fn the_per_role_cap_defaults_to_a_quarter_of_max_topics() {
+        assert_eq!(config(&[]).max_topics_per_role(), 2500);
+        assert_eq!(config(&["--max-topics", "20"]).max_topics_per_role(), 5);
+        assert_eq!(config(&["--max-topics", "2"]).max_topics_per_role(), 1);
+        assert_eq!(config(&["--max-topics", "20", "--max-topics-per-role", "20"]).max_topics_per_role(), 20);
+    }
+
+    #[test]
+    fn a_role_at_its_cap_is_refused_and_others_are_not() {
+        static METRICS: std::sync::Once = std::sync::Once::new();
+        METRICS.call_once(metrics::install);
+        let cfg = config(&["--max-topics", "4", "--max-topics-per-role", "2"]);
+        let mut topics = Topics::default();
+        let open = |topics: &mut Topics, role: &str, pattern: &str| -> Result<Arc<Topic>, ApiError> {
+            if let Some(refusal) = topics.refusal(role, &cfg) {
+                return Err(refusal);
+            }
+            let topic = Arc::new(Topic::new(role, pattern, crate::pattern::parse(pattern).unwrap()));
+            topics.insert((role.into(), pattern.into()), topic.clone());
+            Ok(topic)
+        };
+        let first = open(&mut topics, "greedy", "pay.a").unwrap();
+        open(&mut topics, "greedy", "pay.b").unwrap();
+        let refused = open(&mut topics, "greedy", "pay.c").err().expect("a third topic of greedy is refused");
+        assert_eq!(refused.status, 503);
+        assert!(refused.error.contains("--max-topics-per-role"), "{}", refused.error);
+        open(&mut topics, "other", "pay.c").unwrap();
+        // A closed topic makes room for its role again.
+        topics.remove(&first);
+        open(&mut topics, "greedy", "pay.c").unwrap();
+        // The gateway-wide cap still holds, and says so.
+        open(&mut topics, "third", "pay.a").unwrap();
+        let refused = open(&mut topics, "fourth", "pay.a").err().expect("a fifth topic is refused");
+        assert!(refused.error.contains("(--max-topics)"), "{}", refused.error);
     }
 }

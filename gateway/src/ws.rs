@@ -90,10 +90,7 @@ enum Close {
 
 async fn serve(app: Arc<App>, identity: Identity, socket: WebSocket, _guard: ConnGuard) {
     let role = identity.role.clone();
-    // No expiry: a deadline far enough away never to come.
-    let expires =
-        identity.deadline().unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(100 * 365 * 86_400));
-    let expiry = tokio::time::sleep_until(expires);
+    let expiry = tokio::time::sleep_until(identity.deadline());
     tokio::pin!(expiry);
     let (mut sink, mut incoming) = socket.split();
     let (out, mut queue) = mpsc::channel::<Message>(OUT_QUEUE);

@@ -20,8 +20,10 @@
 //! events of streams a pattern had not met (their channels are LISTENed
 //! from then on); it backs off up to `MAX_POLL` while the replays come back
 //! empty. After a lost LISTEN connection every topic replays once it is
-//! back. Topics are bounded by `--max-topics`, and a topic that closes lets
-//! go of its channels (the last user of one UNLISTENs it).
+//! back. Topics are bounded by `--max-topics` (and `--max-topics-per-role`);
+//! a topic closes `--topic-idle-ms` after its last client left, whatever
+//! its poll backoff (the client that leaves wakes it), and lets go of its
+//! channels (the last user of one UNLISTENs it).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -175,14 +177,17 @@ impl Topic {
         let mut checked = Instant::now();
         let mut last_forced: Option<Instant> = None;
         loop {
-            let ticked = tokio::select! {
+            // Without clients it wakes to close, however far the next poll is.
+            let wake_at = self.idle_until(&hub).map_or(next_poll, |close| close.min(next_poll));
+            let slept = tokio::select! {
                 _ = self.wake.notified() => false,
-                _ = tokio::time::sleep_until(next_poll.into()) => Instant::now() >= next_poll,
+                _ = tokio::time::sleep_until(wake_at.into()) => true,
             };
-            if ticked && self.close_if_idle(&hub) {
+            if slept && self.close_if_idle(&hub) {
                 self.release_channels(&hub).await;
                 return;
             }
+            let ticked = slept && Instant::now() >= next_poll;
             if ticked && checked.elapsed() >= PRIVILEGE_RECHECK {
                 checked = Instant::now();
                 self.recheck_privileges(&hub).await;
@@ -248,7 +253,16 @@ impl Topic {
         }
     }
 
-    fn close_if_idle(&self, hub: &Hub) -> bool {
+    /// When the topic is to close if no client comes: None while it has clients.
+    fn idle_until(&self, hub: &Hub) -> Option<Instant> {
+        let mut st = self.state.lock().unwrap();
+        if !st.clients.is_empty() {
+            return None;
+        }
+        Some(*st.idle_since.get_or_insert_with(Instant::now) + hub.cfg.topic_idle())
+    }
+
+    fn close_if_idle(self: &Arc<Topic>, hub: &Hub) -> bool {
         let mut topics = hub.topics.lock().unwrap();
         let mut st = self.state.lock().unwrap();
         if !st.clients.is_empty() {
@@ -259,8 +273,7 @@ impl Topic {
             return false;
         }
         st.closed = true;
-        topics.remove(&(self.role.clone(), self.pattern.clone()));
-        metrics::get().topics.decrement(1.0);
+        topics.remove(self);
         debug!(role = %self.role, pattern = %self.pattern, "topic dropped (no clients)");
         true
     }
@@ -406,12 +419,16 @@ impl Topic {
         }
     }
 
-    /// Remove a client's slot (it disconnected); true if it was there.
+    /// Remove a client's slot (it disconnected). The last one to leave
+    /// wakes the topic, which then closes `--topic-idle-ms` later unless a
+    /// client came back meanwhile.
     pub fn unregister(&self, id: u64) {
         let mut st = self.state.lock().unwrap();
         st.clients.retain(|s| s.id != id);
         if st.clients.is_empty() {
             st.idle_since.get_or_insert_with(Instant::now);
+            drop(st);
+            self.wake.notify_one();
         }
     }
 }
