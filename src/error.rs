@@ -157,7 +157,7 @@ impl fmt::Display for StreamsError {
                 "streams.wait: this transaction's snapshot will never show that event; wait in READ COMMITTED",
             ),
             StreamsError::PreparedPoll => {
-                f.write_str("cannot PREPARE a transaction that holds claims of a litebase_streams subscription")
+                f.write_str("cannot PREPARE a transaction that holds claims or locks of a litebase_streams subscription")
             }
             StreamsError::HorizonStateChanged => f.write_str(
                 "litebase_streams: streams.horizon_state was written by another session during a delivery round",
@@ -294,7 +294,9 @@ impl StreamsError {
                     .into(),
             ),
             StreamsError::PreparedPoll => Some(
-                "Poll and ack in a transaction that commits directly; two-phase commit is not supported.".into(),
+                "Poll, ack, seek and drop subscriptions in a transaction that commits directly; two-phase commit is \
+                 not supported."
+                    .into(),
             ),
             StreamsError::InvalidWebhookSecret => Some(
                 "Leave secret NULL and create_webhook makes one (32 random bytes), or pass a secret from another \

@@ -1115,6 +1115,16 @@ fn prepare_transaction_after_a_poll_is_refused() {
         );
         assert_eq!(consume(&mut db.connect(), sub, 10), p, "{sub}: the claims were returned");
     }
+    // seek and drop_subscription hold the subscription's token until the
+    // transaction ends: a prepared one would stall it for good, invisibly.
+    for statement in ["SELECT streams.seek('twopc', after => 0)", "SELECT streams.drop_subscription('twopc_pool')"] {
+        c.batch_execute("BEGIN").unwrap();
+        c.batch_execute(statement).unwrap();
+        fails_with(&mut c, &format!("PREPARE TRANSACTION '{gid}'"), "0A000");
+        let _ = c.batch_execute("ROLLBACK");
+        let left: i64 = c.query_one("SELECT count(*) FROM pg_prepared_xacts WHERE gid = $1", &[&gid]).unwrap().get(0);
+        assert_eq!(left, 0, "{statement}: nothing was prepared");
+    }
     // Without claims, two-phase commit works as usual.
     c.batch_execute(&format!("BEGIN; SELECT * FROM streams.poll('twopc'); PREPARE TRANSACTION '{gid}'")).unwrap();
     c.batch_execute(&format!("COMMIT PREPARED '{gid}'")).unwrap();

@@ -80,6 +80,10 @@ thread_local! {
     static CALLBACKS_REGISTERED: Cell<bool> = const { Cell::new(false) };
     /// This transaction took a subscription lock (a claim, or seek's token).
     static LOCKED: Cell<Option<WakeList>> = const { Cell::new(None) };
+    /// This transaction holds a subscription's token exclusively (seek,
+    /// drop_subscription): it must not PREPARE, or a prepared transaction
+    /// would hold the subscription until COMMIT PREPARED, across restarts.
+    static EXCLUSIVE: Cell<bool> = const { Cell::new(false) };
     /// Set at the transaction's end: wake these pollers once the locks are
     /// released (see [`resource_release_callback`]).
     static WAKE_AFTER_RELEASE: Cell<Option<WakeList>> = const { Cell::new(None) };
@@ -189,6 +193,7 @@ pub fn lock_exclusively(subscription: i32) {
     // SAFETY: as in try_lock; a waiting LockAcquire raises on interrupts
     // through pgrx's FFI guard.
     unsafe { pg_sys::LockAcquire(&tag, Hold::Exclusive.mode(), false, false) };
+    EXCLUSIVE.with(|e| e.set(true));
     note_locked(subscription);
 }
 
@@ -261,6 +266,7 @@ fn end_of_transaction() {
             slot.clear_claims();
         }
     }
+    EXCLUSIVE.with(|e| e.set(false));
     WAKE_AFTER_RELEASE.with(|w| w.set(LOCKED.with(|l| l.take())));
 }
 
@@ -294,7 +300,9 @@ unsafe extern "C-unwind" fn resource_release_callback(
 unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut c_void) {
     use pg_sys::XactEvent::*;
     match event {
-        XACT_EVENT_PRE_PREPARE if CLAIMS.with(|c| !c.borrow().is_empty()) => StreamsError::PreparedPoll.raise(),
+        XACT_EVENT_PRE_PREPARE if CLAIMS.with(|c| !c.borrow().is_empty()) || EXCLUSIVE.with(|e| e.get()) => {
+            StreamsError::PreparedPoll.raise()
+        }
         XACT_EVENT_COMMIT
         | XACT_EVENT_PARALLEL_COMMIT
         | XACT_EVENT_ABORT
