@@ -127,10 +127,17 @@ pub(crate) fn wait_for_creator() {
 ///   leave theirs in the WAL buffers), and with synchronous replication it
 ///   waits for the standbys as well: no reader ever sees an event a crash or
 ///   a failover can take back, whatever the publishers' setting.
+// search_path comes first: each statement is analysed only after the ones
+// before it ran, and one that resolves a name under the database's
+// search_path (a database owner may set it and owns `public`) would run an
+// operator planted there as the bootstrap superuser. The one comparison
+// below is qualified as well.
 const PINNED_SETTINGS: &str = "
+    SET search_path = pg_catalog, pg_temp;
     SET exit_on_error = off;
     SELECT pg_catalog.set_config('session_authorization',
-                                 (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = 10)::text, false);
+                                 (SELECT r.rolname FROM pg_catalog.pg_roles r
+                                  WHERE r.oid OPERATOR(pg_catalog.=) 10::pg_catalog.oid)::pg_catalog.text, false);
     SET ROLE NONE;
     SET search_path = pg_catalog, pg_temp;
     SET default_transaction_isolation = 'read committed';
