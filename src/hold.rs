@@ -62,20 +62,12 @@ pub fn enforce(max_allocated: u64, held: &[(usize, u64)]) {
 /// in the commit log: PostgreSQL marks it there before it waits for
 /// synchronous replication, and only then leaves the proc array.
 fn commit_is_written(procno: usize) -> bool {
-    // SAFETY: ProcGlobal's allProcs live in shared memory for the server's
-    // life and `procno` came from a publisher slot, so it indexes them; the
-    // xid is read without a lock, which at worst reads the xid of the
-    // transaction the process runs next (then not committed: terminated as
-    // before). TransactionIdDidCommit reads the commit log inside the round's
-    // transaction, through pgrx's guard.
-    unsafe {
-        let global = pg_sys::ProcGlobal;
-        if procno >= (*global).allProcCount as usize {
-            return false;
-        }
-        let xid = std::ptr::read_volatile(&(*(*global).allProcs.add(procno)).xid);
-        xid != pg_sys::InvalidTransactionId && pg_sys::TransactionIdDidCommit(xid)
-    }
+    // An xid read after the process moved on is its next transaction's, not
+    // committed yet: terminated as before.
+    let xid = shmem::xid_of(procno);
+    // SAFETY: reads the commit log inside the round's transaction; pgrx's
+    // guard turns an ERROR into a Rust panic the round catches.
+    xid != pg_sys::InvalidTransactionId && unsafe { pg_sys::TransactionIdDidCommit(xid) }
 }
 
 /// Apply this database's `litebase_streams.hold_timeout` from

@@ -644,15 +644,27 @@ pub fn holder_of(procno: usize, low: u64) -> Option<(i32, i64)> {
     (slot.low.load(Ordering::SeqCst) == low && low != 0).then_some((pid, since))
 }
 
-/// The pid of the process with this pgprocno (0 for one out of range).
-pub fn pid_of(procno: usize) -> i32 {
+/// The process with this pgprocno, or None for one out of range.
+fn proc_at(procno: usize) -> Option<*const pg_sys::PGPROC> {
     // SAFETY: ProcGlobal and its allProcs array live in shared memory as long
     // as the server; the index is checked against allProcCount.
     unsafe {
         let global = pg_sys::ProcGlobal;
-        if procno >= (*global).allProcCount as usize {
-            return 0;
-        }
-        (*(*global).allProcs.add(procno)).pid
+        (procno < (*global).allProcCount as usize).then(|| (*global).allProcs.add(procno) as *const pg_sys::PGPROC)
     }
+}
+
+/// The pid of the process with this pgprocno (0 for one out of range).
+pub fn pid_of(procno: usize) -> i32 {
+    // SAFETY: proc_at points into shared memory that lives as long as the server.
+    proc_at(procno).map_or(0, |proc_| unsafe { (*proc_).pid })
+}
+
+/// The top transaction id of the process with this pgprocno (invalid for
+/// one out of range or not in a transaction). Read without a lock: it may
+/// already be the id of the transaction the process runs next.
+pub fn xid_of(procno: usize) -> pg_sys::TransactionId {
+    // SAFETY: proc_at points into shared memory that lives as long as the
+    // server; a volatile read, since the process changes it concurrently.
+    proc_at(procno).map_or(pg_sys::InvalidTransactionId, |proc_| unsafe { std::ptr::read_volatile(&(*proc_).xid) })
 }
