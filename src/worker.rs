@@ -425,6 +425,7 @@ fn summarize_new_ranges() {
         if crate::delivery::extension_log().is_none() {
             return;
         }
+        commit_without_waiting();
         Spi::run(SUMMARIZE)
             .unwrap_or_else(|e| StreamsError::Spi { doing: "summarizing BRIN ranges", error: e.to_string() }.raise())
     });
@@ -435,10 +436,22 @@ fn summarize_new_ranges() {
     }
 }
 
+/// Let the current maintenance transaction commit without waiting for the
+/// WAL flush or for synchronous standbys. It makes no event final (merged
+/// commit times keep their values; a crash that loses it leaves the rows as
+/// they were), so only rounds need `synchronous_commit = on`, and a
+/// maintenance write must not leave the worker waiting on an absent standby.
+fn commit_without_waiting() {
+    Spi::run("SET LOCAL synchronous_commit = off").unwrap_or_else(|e| {
+        StreamsError::Spi { doing: "setting synchronous_commit for maintenance", error: e.to_string() }.raise()
+    });
+}
+
 /// Merge the short rows of commit times the rounds wrote (commit_times.rs).
 /// A failure is logged and retried at the next interval.
 fn compact_commit_times(compacted: &mut crate::commit_times::Compacted) {
     let result = attempt(|| {
+        commit_without_waiting();
         Spi::connect_mut(|client| crate::commit_times::compact(client, compacted))
             .unwrap_or_else(|e| StreamsError::Spi { doing: "merging commit times", error: e.to_string() }.raise())
     });

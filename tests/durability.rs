@@ -93,7 +93,6 @@ fn an_async_commit_crash_takes_back_no_event_a_listener_received() {
     }
 }
 
-
 /// With synchronous replication configured and its standby absent, a
 /// publishing commit waits for the standby after its commit record is
 /// written. `hold_timeout` used to terminate it (its client then saw the
@@ -119,9 +118,7 @@ fn hold_timeout_never_terminates_a_commit_waiting_for_synchronous_replication() 
     wait_for_horizon(&mut app, first);
     let before = horizon(&mut app);
     // Now require a standby that is not there.
-    admin_c
-        .batch_execute("ALTER SYSTEM SET synchronous_standby_names = 'absent_standby'")
-        .unwrap();
+    admin_c.batch_execute("ALTER SYSTEM SET synchronous_standby_names = 'absent_standby'").unwrap();
     admin_c.batch_execute("SELECT pg_reload_conf()").unwrap();
     wait_until("the setting is reloaded", Duration::from_secs(10), || {
         let value: String = app.query_one("SHOW synchronous_standby_names", &[]).unwrap().get(0);
@@ -137,13 +134,14 @@ fn hold_timeout_never_terminates_a_commit_waiting_for_synchronous_replication() 
     });
     // The commit waits for the standby, well past hold_timeout, while the
     // worker keeps running rounds.
-    let rounds = |c: &mut postgres::Client| -> i64 { c.query_one("SELECT rounds FROM streams.status", &[]).unwrap().get(0) };
+    let rounds =
+        |c: &mut postgres::Client| -> i64 { c.query_one("SELECT rounds FROM streams.status", &[]).unwrap().get(0) };
     let mut waiting_since_rounds = None;
     wait_until("the publishing commit waits for synchronous replication for 3 s", Duration::from_secs(20), || {
         let waiting = app
             .query_opt(
                 "SELECT now() - state_change > '3s' FROM pg_stat_activity
-                 WHERE datname = 'app' AND wait_event = 'SyncRep'",
+                 WHERE datname = 'app' AND wait_event = 'SyncRep' AND backend_type = 'client backend'",
                 &[],
             )
             .unwrap()
