@@ -857,7 +857,16 @@ fn catch_up_pages_stop_at_the_client_byte_budget() {
 #[test]
 fn topics_are_bounded_and_closed_topics_unlisten() {
     let _shared = shared();
-    let s = Setup::new(&["--max-topics", "2", "--max-topics-per-role", "2", "--topic-idle-ms", "100", "--poll-interval-ms", "100"]);
+    let s = Setup::new(&[
+        "--max-topics",
+        "2",
+        "--max-topics-per-role",
+        "2",
+        "--topic-idle-ms",
+        "100",
+        "--poll-interval-ms",
+        "100",
+    ]);
     let gw = &s.gateway;
     let mut ws = gw.ws(&token(&s.reader.name));
     let expect = |ws: &mut common::gateway::Ws, kind: &str| -> Value {

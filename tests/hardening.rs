@@ -121,10 +121,8 @@ fn predefined_data_roles_cannot_touch_internal_tables() {
         .get::<_, String>(0);
     assert_eq!(times_before, times_after, "commit times unchanged");
     assert_eq!(horizon(&mut admin_c), p2, "the horizon is the worker's");
-    let (url, stored): (String, String) = admin_c
-        .query_one("SELECT url, secret FROM streams.webhook_state", &[])
-        .map(|r| (r.get(0), r.get(1)))
-        .unwrap();
+    let (url, stored): (String, String) =
+        admin_c.query_one("SELECT url, secret FROM streams.webhook_state", &[]).map(|r| (r.get(0), r.get(1))).unwrap();
     assert_eq!((url.as_str(), stored.as_str()), ("https://example.com/hook", secret.as_str()));
     let (position, stream): (i64, String) = admin_c
         .query_one("SELECT position, stream FROM streams.subscription_state WHERE name = 'theirs'", &[])
@@ -155,10 +153,8 @@ fn a_position_sequence_moved_back_publishes_nothing_below_the_horizon() {
         .query_one("SELECT streams.publish('orders', '{}')", &[])
         .expect_err("a position at or below the horizon is refused");
     assert_eq!(sqlstate(&err), "55000", "{err}");
-    let below: i64 = admin_c
-        .query_one("SELECT count(*) FROM streams.event_log WHERE position <= $1", &[&top])
-        .unwrap()
-        .get(0);
+    let below: i64 =
+        admin_c.query_one("SELECT count(*) FROM streams.event_log WHERE position <= $1", &[&top]).unwrap().get(0);
     assert_eq!(below, 2, "only the two committed events are at or below the horizon (the gap stays empty)");
 }
 
@@ -278,12 +274,8 @@ fn subscription_names_are_per_owner() {
     s.batch_execute("ROLLBACK").unwrap();
 
     // Each role's views show its own rows.
-    let hooks: Vec<(String, String)> = t
-        .query("SELECT name, url FROM streams.webhooks", &[])
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let hooks: Vec<(String, String)> =
+        t.query("SELECT name, url FROM streams.webhooks", &[]).unwrap().iter().map(|r| (r.get(0), r.get(1))).collect();
     assert_eq!(hooks, vec![("payments_hook".to_owned(), "https://example.com/t".to_owned())]);
 
     // The superuser acts for both owners: the name alone is ambiguous.
@@ -294,7 +286,9 @@ fn subscription_names_are_per_owner() {
     admin_c.batch_execute("ROLLBACK").unwrap();
     admin_c.batch_execute(&format!("SET ROLE {}", team.name)).unwrap();
     admin_c
-        .batch_execute("SELECT streams.drop_webhook('payments_hook'); SELECT streams.drop_subscription('payments_consumer')")
+        .batch_execute(
+            "SELECT streams.drop_webhook('payments_hook'); SELECT streams.drop_subscription('payments_consumer')",
+        )
         .expect("as one owner, the name is that owner's");
     admin_c.batch_execute("RESET ROLE").unwrap();
     let left: Vec<String> = admin_c

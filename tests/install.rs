@@ -5,15 +5,11 @@
 
 mod common;
 
+use common::pg_config;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-
-fn pg_config(arg: &str) -> String {
-    let pg_config = std::env::var("LITEBASE_STREAMS_PG_CONFIG").expect("LITEBASE_STREAMS_PG_CONFIG is set");
-    let out = Command::new(&pg_config).arg(arg).output().expect("pg_config");
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
 
 #[test]
 fn install_never_writes_the_installed_library_in_place() {
@@ -42,14 +38,10 @@ fn install_never_writes_the_installed_library_in_place() {
     assert!(status.success(), "scripts/install.sh --place-only succeeds");
 
     watcher.kill().unwrap();
-    let events: Vec<String> =
-        BufReader::new(watcher.stdout.take().unwrap()).lines().map_while(Result::ok).collect();
+    let events: Vec<String> = BufReader::new(watcher.stdout.take().unwrap()).lines().map_while(Result::ok).collect();
     watcher.wait().unwrap();
     let on_library: Vec<&String> = events.iter().filter(|e| e.ends_with(" litebase_streams.so")).collect();
-    assert!(
-        on_library.iter().any(|e| e.starts_with("MOVED_TO")),
-        "the new library is renamed into place: {events:?}"
-    );
+    assert!(on_library.iter().any(|e| e.starts_with("MOVED_TO")), "the new library is renamed into place: {events:?}");
     assert!(
         on_library.iter().all(|e| e.starts_with("MOVED_TO")),
         "the installed library is never created or written in place: {on_library:?}"

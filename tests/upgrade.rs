@@ -56,9 +56,7 @@ fn default_version() -> String {
 
 /// The extension directory of the server the tests run against.
 fn extension_dir() -> PathBuf {
-    let pg_config = std::env::var("LITEBASE_STREAMS_PG_CONFIG").expect("LITEBASE_STREAMS_PG_CONFIG is set");
-    let out = Command::new(pg_config).arg("--sharedir").output().expect("pg_config --sharedir");
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join("extension")
+    PathBuf::from(pg_config("--sharedir")).join("extension")
 }
 
 /// Held while the frozen 0.1.0 script is in the extension directory.

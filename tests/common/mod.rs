@@ -27,6 +27,13 @@ fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run the tests with `make test`"))
 }
 
+/// What the test server's `pg_config` prints for `arg` (`--sharedir`, ...).
+pub fn pg_config(arg: &str) -> String {
+    let out = Command::new(env("LITEBASE_STREAMS_PG_CONFIG")).arg(arg).output().expect("pg_config runs");
+    assert!(out.status.success(), "pg_config {arg}");
+    String::from_utf8(out.stdout).expect("pg_config prints UTF-8").trim().to_owned()
+}
+
 pub fn base_config() -> Config {
     Config::from_str(&env("LITEBASE_STREAMS_DSN")).expect("LITEBASE_STREAMS_DSN is a valid connection string")
 }
