@@ -283,7 +283,7 @@ pub fn run(db: pg_sys::Oid, batch_size: i64, phase: Phase) -> Round {
 /// Whether this backend's database is a template (`datistemplate`). No
 /// worker stays connected to one: `CREATE DATABASE` refuses to copy a
 /// database others are connected to. The databases created from it get
-/// workers of their own (the launcher looks for new databases every second).
+/// workers of their own (the launcher starts one at their first publish).
 pub(crate) fn database_is_template() -> bool {
     // SAFETY: a syscache lookup of our own database, only called through
     // in_transaction; the tuple is released before returning, and the form

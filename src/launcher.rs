@@ -78,16 +78,9 @@ pub extern "C-unwind" fn litebase_streams_launcher_main(_arg: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi(None, None);
     // SAFETY: MyProc is set for every backend, this worker included, once it is connected.
     shmem::set_launcher(unsafe { (*pg_sys::MyProc).pgprocno });
-    let mut known = connectable_databases();
-    let mut pending = known.clone();
+    let mut pending = connectable_databases();
     let mut last_warning: Option<Instant> = None;
     loop {
-        // A database created since the last look (from a template that has
-        // the extension, say), or one that stopped being a template, gets
-        // its worker tried once, as every database is at server start.
-        let connectable = connectable_databases();
-        pending.extend(connectable.iter().filter(|db| !known.contains(db)));
-        known = connectable;
         let mut starved = Vec::new();
         pending.retain(|&db| {
             let started = launch(db, None);
@@ -98,7 +91,11 @@ pub extern "C-unwind" fn litebase_streams_launcher_main(_arg: pg_sys::Datum) {
         });
         // Never for a template: a worker connected to one makes every
         // CREATE DATABASE from it fail ("being accessed by other users").
-        for db in shmem::databases_needing_a_worker().into_iter().filter(|db| known.contains(db)) {
+        // (A database created from a template that has the extension gets
+        // its worker this way too, at its first publish.)
+        let needing = shmem::databases_needing_a_worker();
+        let connectable = if needing.is_empty() { Vec::new() } else { connectable_databases() };
+        for db in needing.into_iter().filter(|db| connectable.contains(db)) {
             if !launch(db, None) {
                 starved.push(db);
             }

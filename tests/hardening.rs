@@ -184,9 +184,9 @@ fn a_template_keeps_no_worker_and_its_copies_get_one() {
     let mut config = base_config();
     config.dbname(&copy);
     let mut c = connect_retrying(&config);
-    wait_for_worker(&mut admin_c, &copy);
     let p = publish(&mut c, "orders", PAYMENT);
     wait_for_horizon(&mut c, p);
+    wait_for_worker(&mut admin_c, &copy);
     drop(copied);
 }
 
