@@ -361,9 +361,9 @@ fn announce() {
     // backend once it is connected and points into shared memory.
     let (db, procno) = unsafe { (pg_sys::MyDatabaseId, (*pg_sys::MyProc).pgprocno) };
     let slot = shmem::my_slot(procno).ok_or(StreamsError::NoPublisherSlot(procno)).or_raise();
-    // The database's entry never moves while this backend is connected to it.
+    // Kept while it stays this database's (see shmem::detach).
     let worker = WORKER_ENTRY.with(|cached| {
-        cached.get().or_else(|| {
+        cached.get().filter(|e| e.is_for(db)).or_else(|| {
             let entry = shmem::find_db(db).or_else(|| shmem::claim_db(db));
             cached.set(entry);
             entry

@@ -451,48 +451,106 @@ pub fn find_db(db: pg_sys::Oid) -> Option<&'static DbEntry> {
 /// The entry of database `db`, claiming a free one if needed. `None` when the
 /// table is full (more databases than `max_worker_processes`).
 pub fn claim_db(db: pg_sys::Oid) -> Option<&'static DbEntry> {
+    with_db_lock(|entries| find_or_claim(entries, db))
+}
+
+/// Run `f` on the database entries while holding the lock that makes
+/// claiming, attaching and freeing an entry one step each.
+fn with_db_lock<T>(f: impl FnOnce(&'static [DbEntry]) -> T) -> T {
     let header = header();
     // SAFETY: header() is shared memory that lives as long as the server; db_lock is an AtomicBool.
     let lock = unsafe { &(*header).db_lock };
     while lock.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
         std::hint::spin_loop();
     }
-    let entries = db_entries_of(header);
-    let entry = entries.iter().find(|e| e.db.load(Ordering::Acquire) == db.to_u32()).or_else(|| {
+    let result = f(db_entries_of(header));
+    lock.store(false, Ordering::Release);
+    result
+}
+
+fn find_or_claim(entries: &'static [DbEntry], db: pg_sys::Oid) -> Option<&'static DbEntry> {
+    entries.iter().find(|e| e.db.load(Ordering::Acquire) == db.to_u32()).or_else(|| {
         let free = entries.iter().find(|e| e.db.load(Ordering::Acquire) == 0)?;
         free.db.store(db.to_u32(), Ordering::Release);
         Some(free)
-    });
-    lock.store(false, Ordering::Release);
-    entry
+    })
+}
+
+/// The two kinds of process that serve a database from its entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    Worker,
+    WebhookWorker,
+}
+
+/// What [`attach`] found.
+pub enum Attach {
+    Attached(&'static DbEntry),
+    /// Another live process of that kind serves the database.
+    Taken,
+    /// A DROP DATABASE is waiting for the database's workers to leave.
+    Stopping,
+    /// Every entry belongs to another database.
+    Full,
+}
+
+/// Become the `server` of database `db`: claim its entry and attach in one
+/// step under the lock, so that [`detach`] never frees an entry between the
+/// two.
+pub fn attach(db: pg_sys::Oid, server: Server, pid: i32, procno: i32) -> Attach {
+    with_db_lock(|entries| {
+        let Some(entry) = find_or_claim(entries, db) else { return Attach::Full };
+        if entry.stop.load(Ordering::Acquire) {
+            return Attach::Stopping;
+        }
+        let (pid_of, procno_of) = match server {
+            Server::Worker => (&entry.worker_pid, &entry.worker_procno),
+            Server::WebhookWorker => (&entry.webhook_pid, &entry.webhook_procno),
+        };
+        if pid_of.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return Attach::Taken;
+        }
+        procno_of.store(procno, Ordering::Release);
+        if server == Server::Worker {
+            entry.needs_worker.store(false, Ordering::Release);
+            entry.no_slot.store(false, Ordering::Release);
+        }
+        Attach::Attached(entry)
+    })
+}
+
+/// The `server` process `pid` leaves `entry` (at its exit). The entry is
+/// freed for another database once nothing needs it: no worker of either
+/// kind, no publisher asking for one, no DROP DATABASE waiting (which frees
+/// it itself). So a database whose extension was dropped, or that became a
+/// template, gives its entry back; the next publish or CREATE EXTENSION
+/// claims one again.
+pub fn detach(entry: &DbEntry, server: Server, pid: i32) {
+    with_db_lock(|_| {
+        let (pid_of, procno_of) = match server {
+            Server::Worker => (&entry.worker_pid, &entry.worker_procno),
+            Server::WebhookWorker => (&entry.webhook_pid, &entry.webhook_procno),
+        };
+        if pid_of.load(Ordering::Acquire) != pid {
+            return;
+        }
+        procno_of.store(-1, Ordering::Release);
+        pid_of.store(0, Ordering::Release);
+        let unused = entry.worker_pid.load(Ordering::Acquire) == 0
+            && entry.webhook_pid.load(Ordering::Acquire) == 0
+            && !entry.needs_worker.load(Ordering::Acquire)
+            && !entry.stop.load(Ordering::Acquire);
+        if unused {
+            entry.forget();
+        }
+    })
 }
 
 impl DbEntry {
-    /// Become this database's worker; false if another live worker is.
-    pub fn attach_worker(&self, pid: i32, procno: i32) -> bool {
-        if self.worker_pid.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire).is_err() {
-            return false;
-        }
-        self.worker_procno.store(procno, Ordering::Release);
-        self.needs_worker.store(false, Ordering::Release);
-        self.no_slot.store(false, Ordering::Release);
-        true
-    }
-
-    /// Become this database's webhook worker; false if another live one is.
-    pub fn attach_webhook_worker(&self, pid: i32, procno: i32) -> bool {
-        if self.webhook_pid.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire).is_err() {
-            return false;
-        }
-        self.webhook_procno.store(procno, Ordering::Release);
-        true
-    }
-
-    pub fn detach_webhook_worker(&self, pid: i32) {
-        if self.webhook_pid.load(Ordering::Acquire) == pid {
-            self.webhook_procno.store(-1, Ordering::Release);
-            self.webhook_pid.store(0, Ordering::Release);
-        }
+    /// Whether this entry is database `db`'s: entries are freed and reused,
+    /// so a reference kept across transactions is checked first.
+    pub fn is_for(&self, db: pg_sys::Oid) -> bool {
+        self.db.load(Ordering::Acquire) == db.to_u32()
     }
 
     /// Set the webhook worker's latch (webhooks changed, or DROP DATABASE).
@@ -508,16 +566,14 @@ impl DbEntry {
         }
     }
 
-    pub fn detach_worker(&self, pid: i32) {
-        if self.worker_pid.load(Ordering::Acquire) == pid {
-            self.worker_procno.store(-1, Ordering::Release);
-            self.worker_pid.store(0, Ordering::Release);
-        }
-    }
-
-    /// Free this entry for another database (after DROP DATABASE).
+    /// Free this entry for another database (after DROP DATABASE, or see
+    /// [`detach`]).
     pub fn forget(&self) {
         self.horizon.store(0, Ordering::Relaxed);
+        self.newest.store(0, Ordering::Relaxed);
+        self.rounds.store(0, Ordering::Relaxed);
+        self.state.store(WorkerState::Starting as u32, Ordering::Relaxed);
+        self.webhooks_wanted.store(false, Ordering::Relaxed);
         self.delivered.store(0, Ordering::Relaxed);
         self.notify_state.store(0, Ordering::Relaxed);
         self.needs_worker.store(false, Ordering::Relaxed);

@@ -37,7 +37,7 @@ use crate::delivery::{self, Phase, Round};
 use crate::error::StreamsError;
 use crate::gucs;
 use crate::launcher;
-use crate::shmem::{self, DbEntry, NotifyState, WorkerState};
+use crate::shmem::{self, Attach, DbEntry, NotifyState, Server, WorkerState};
 
 #[pg_guard]
 #[no_mangle]
@@ -56,13 +56,7 @@ pub extern "C-unwind" fn litebase_streams_worker_main(arg: pg_sys::Datum) {
         log!("litebase_streams worker for database {}: a template database gets no worker", db.to_u32());
         return;
     }
-    let Some(entry) = shmem::claim_db(db) else {
-        warning!("litebase_streams: more databases with the extension than max_worker_processes; no worker here");
-        return;
-    };
-    if entry.stop.load(Ordering::Acquire) || !attach(entry) {
-        return;
-    }
+    let Some(entry) = attach(db) else { return };
     in_transaction(pin_session_settings);
     log!("litebase_streams worker started for database {}", db.to_u32());
     start_webhook_worker(db);
@@ -175,22 +169,34 @@ pub(crate) fn extension_installed() -> bool {
 
 /// Claim `entry` as its worker, waiting up to a few seconds for a previous
 /// worker (say, of a just-dropped extension) to leave.
-fn attach(entry: &'static DbEntry) -> bool {
+fn attach(db: pg_sys::Oid) -> Option<&'static DbEntry> {
     // SAFETY: MyProcPid is set at process start, MyProc once the backend is connected; only read.
     let (pid, procno) = unsafe { (pg_sys::MyProcPid, (*pg_sys::MyProc).pgprocno) };
     for _ in 0..50 {
-        if entry.attach_worker(pid, procno) {
-            entry.set_state(WorkerState::Starting);
-            // SAFETY: `entry` is a &'static DbEntry in shared memory that lives as long as the
-            // server, so detach may dereference it at exit.
-            unsafe { pg_sys::before_shmem_exit(Some(detach), pg_sys::Datum::from(entry as *const DbEntry)) };
-            return true;
-        }
-        if !BackgroundWorker::wait_latch(Some(Duration::from_millis(100))) {
-            return false;
+        match shmem::attach(db, Server::Worker, pid, procno) {
+            Attach::Attached(entry) => {
+                entry.set_state(WorkerState::Starting);
+                // SAFETY: `entry` is a &'static DbEntry in shared memory that lives as long as the
+                // server, so detach may dereference it at exit.
+                unsafe { pg_sys::before_shmem_exit(Some(detach), pg_sys::Datum::from(entry as *const DbEntry)) };
+                return Some(entry);
+            }
+            Attach::Full => {
+                warning!(
+                    "litebase_streams: more databases with the extension than max_worker_processes; no worker here"
+                );
+                return None;
+            }
+            Attach::Stopping => return None,
+            // The worker before this one is still leaving.
+            Attach::Taken => {
+                if !BackgroundWorker::wait_latch(Some(Duration::from_millis(100))) {
+                    return None;
+                }
+            }
         }
     }
-    false
+    None
 }
 
 /// # Safety
@@ -199,7 +205,7 @@ fn attach(entry: &'static DbEntry) -> bool {
 #[pg_guard]
 unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
     let entry = &*(arg.cast_mut_ptr::<DbEntry>() as *const DbEntry);
-    entry.detach_worker(pg_sys::MyProcPid);
+    shmem::detach(entry, Server::Worker, pg_sys::MyProcPid);
 }
 
 pub(crate) fn shutdown_requested() -> bool {
