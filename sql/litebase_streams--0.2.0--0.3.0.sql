@@ -7,6 +7,9 @@
 --    roles pg_write_all_data and pg_read_all_data bypass table privileges
 --    but not row security.
 -- 2. Subscription and webhook names are unique per owning role.
+-- 3. A webhook's batch is written down before it is sent
+--    (webhook_state.sending_upto), so a retry after a crash resends it
+--    under the same webhook-id.
 
 \echo Use "ALTER EXTENSION litebase_streams UPDATE TO '0.3.0'" to load this file. \quit
 
@@ -77,3 +80,8 @@ SELECT sub.name, sub.stream, w.url,
 FROM streams.subscriptions sub
 JOIN streams.subscription_state s ON s.name = sub.name AND s.owner = sub.owner
 JOIN streams.webhook_state w ON w.subscription = s.id;
+
+-- 3. The batch in flight.
+ALTER TABLE streams.webhook_state ADD COLUMN sending_upto bigint;
+COMMENT ON COLUMN streams.webhook_state.sending_upto IS
+    'The last position of the request in flight or last failed, written before it is sent: its retry carries the same events under the same webhook-id.';

@@ -29,7 +29,11 @@ CREATE TABLE streams.webhook_state (
     last_status     integer,
     last_error      text,
     last_attempt_at timestamptz,
-    last_success_at timestamptz
+    last_success_at timestamptz,
+    -- The last position of the request in flight (or failed last), written
+    -- before it is sent: a retry, also after a crash, carries exactly the
+    -- events after the position up to it, under the same webhook-id.
+    sending_upto    bigint
 );
 
 -- Secrets and URLs: row-level security with no policy, so that only the
@@ -74,6 +78,8 @@ JOIN streams.subscription_state s ON s.name = sub.name AND s.owner = sub.owner
 JOIN streams.webhook_state w ON w.subscription = s.id;
 
 COMMENT ON TABLE streams.webhook_state IS 'Webhooks: the endpoint, secret and delivery state of each webhook subscription (see streams.webhooks).';
+COMMENT ON COLUMN streams.webhook_state.sending_upto IS
+    'The last position of the request in flight or last failed, written before it is sent: its retry carries the same events under the same webhook-id.';
 COMMENT ON FUNCTION streams.create_webhook(text, text, text, bigint, text, integer) IS 'POST every event of a stream (or ''prefix.*'', ''*'') to an http(s) URL, signed; returns the signing secret.';
 COMMENT ON FUNCTION streams.drop_webhook(text) IS 'Drop a webhook and its progress; true if it existed.';
 COMMENT ON FUNCTION streams.pause_webhook(text) IS 'Stop delivering to a webhook until resume_webhook.';

@@ -356,6 +356,47 @@ fn a_crash_mid_delivery_repeats_at_most_the_request_in_flight() {
     assert_eq!(sent, expected, "only the event in flight at the crash came twice");
 }
 
+/// A batch retried after a crash is the same request (issue 22): the same
+/// events under the same `webhook-id`, which is what a Standard Webhooks
+/// receiver dedupes by, although more events were published meanwhile and
+/// would fit the batch. Then the rest follows, each event once more at
+/// most.
+#[test]
+fn a_batch_retried_after_a_crash_keeps_its_events_and_its_id() {
+    let receiver = Receiver::start();
+    receiver.configure("/batch", Behaviour { sleep: 30.0, ..Behaviour::signed(SECRET) });
+    let (cluster, mut c) = scratch_cluster(
+        "webhooks-batch-crash",
+        &["litebase_streams.webhook_allowed_hosts = '127.0.0.1'", "litebase_streams.webhook_retry_min = 50"],
+    );
+    c.query_one(
+        "SELECT streams.create_webhook('batch', 'orders', $1, secret => $2, batch => 50)",
+        &[&receiver.url("/batch"), &SECRET],
+    )
+    .unwrap();
+    // One transaction, so that the first request carries all three.
+    c.batch_execute("BEGIN").unwrap();
+    let first: Vec<i64> = (0..3).map(|n| publish(&mut c, "orders", &format!(r#"{{"n": {n}}}"#))).collect();
+    c.batch_execute("COMMIT").unwrap();
+    wait_until("the first batch is in flight", Duration::from_secs(30), || receiver.requests("/batch").len() == 1);
+    let rest = publish_each(&mut c, "orders", 3);
+    receiver.configure("/batch", Behaviour::signed(SECRET));
+    cluster.restart("immediate");
+    cluster.wait_for_worker("app");
+
+    let mut c = cluster.connect("app");
+    wait_until("the rest is delivered", Duration::from_secs(30), || receiver.delivered("/batch").len() >= 6);
+    wait_for_state(&mut c, "batch", "caught up", |s| s.pending == 0);
+    let requests = receiver.requests("/batch");
+    assert!(requests.len() >= 3, "{requests:?}");
+    let (lost, retried) = (&requests[0], &requests[1]);
+    assert_eq!(lost.positions(), first, "the request in flight at the crash");
+    assert_eq!(retried.positions(), first, "its retry carries the same events");
+    assert_eq!(retried.webhook_id, lost.webhook_id, "and the same webhook-id");
+    let after: Vec<i64> = requests[2..].iter().flat_map(|r| r.positions()).collect();
+    assert_eq!(after, rest, "then the rest, once");
+}
+
 // --- refusals ----------------------------------------------------------------
 
 /// Bad URLs, refused hosts, bad secrets and names: each its SQLSTATE, and
@@ -666,6 +707,8 @@ fn database_settings_do_not_stop_the_workers() {
     create_webhook(&mut c, "settings", "orders", &receiver.url("/settings"));
     let first = publish_each(&mut c, "orders", 1);
     receiver.wait_for_delivered("/settings", 1, Duration::from_secs(30));
+    // Recorded too, or the terminated worker rightly sends it once more.
+    wait_for_state(&mut c, "settings", "the first event recorded", |s| s.pending == 0);
     admin()
         .batch_execute(&format!(
             "ALTER DATABASE {db} SET session_authorization = '{role}';

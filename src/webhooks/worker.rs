@@ -143,12 +143,11 @@ pub extern "C-unwind" fn litebase_streams_webhook_worker_main(arg: pg_sys::Datum
     if !in_transaction(extension_installed) || in_transaction(crate::delivery::database_is_template) {
         return;
     }
-    let Some(entry) = shmem::claim_db(db) else { return };
     // SAFETY: MyProcPid is set at process start, MyProc once connected; only read.
     let (pid, procno) = unsafe { (pg_sys::MyProcPid, (*pg_sys::MyProc).pgprocno) };
-    if entry.stop.load(Ordering::Acquire) || !entry.attach_webhook_worker(pid, procno) {
-        return; // another one serves this database
-    }
+    let shmem::Attach::Attached(entry) = shmem::attach(db, shmem::Server::WebhookWorker, pid, procno) else {
+        return; // another one serves this database, or it is being dropped
+    };
     // SAFETY: `entry` lives in shared memory for the server's life, so detach may use it at exit.
     unsafe { pg_sys::before_shmem_exit(Some(detach), pg_sys::Datum::from(entry as *const DbEntry)) };
     in_transaction(|| {
@@ -171,7 +170,7 @@ pub extern "C-unwind" fn litebase_streams_webhook_worker_main(arg: pg_sys::Datum
 #[pg_guard]
 unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
     let entry = &*(arg.cast_mut_ptr::<DbEntry>() as *const DbEntry);
-    entry.detach_webhook_worker(pg_sys::MyProcPid);
+    shmem::detach(entry, shmem::Server::WebhookWorker, pg_sys::MyProcPid);
     if let Some(slot) = shmem::my_consumer_slot() {
         slot.wait_in(0, 0);
     }
@@ -188,6 +187,10 @@ struct Webhook {
     batch: i64,
     /// Its subscription's position: delivered through.
     position: i64,
+    /// The last position of the request in flight or failed last, written
+    /// before it was sent: its retry carries the same events, so the same
+    /// webhook-id, also after a crash. None before 0.3.0's schema.
+    sending_upto: Option<i64>,
     active: bool,
     /// When its next attempt is due (zero: now).
     due_in: Duration,
@@ -330,10 +333,11 @@ fn serve(entry: &'static DbEntry) {
                 break;
             }
             // A retry resends what failed (unless a seek moved the webhook past it).
-            let upto = retry_upto
-                .get(&webhook.id)
-                .filter(|&&last| last > webhook.position)
-                .map_or(horizon, |&last| last.min(horizon));
+            let upto = webhook
+                .sending_upto
+                .or_else(|| retry_upto.get(&webhook.id).copied())
+                .filter(|&last| last > webhook.position)
+                .map_or(horizon, |last| last.min(horizon));
             if nothing_in.get(&webhook.id) == Some(&(webhook.position, upto)) {
                 continue;
             }
@@ -344,6 +348,7 @@ fn serve(entry: &'static DbEntry) {
                     nothing_in.insert(webhook.id, (webhook.position, upto));
                 }
                 Ok(Ok(Next::Deferred)) => {}
+                Ok(Ok(Next::Locked)) => next_due = next_due.min(LOCKED_RETRY),
                 Ok(Ok(Next::Ready(request))) => {
                     let (after, last, bytes) = (request.after, request.last, request.body.len());
                     built += bytes;
@@ -529,19 +534,48 @@ fn retry_delay(attempts: i32) -> Duration {
     Duration::from_millis(full - jitter)
 }
 
+const LOAD: &str = "
+SELECT s.id, s.name::text, s.stream::text, s.owner::oid, s.position, w.url, w.secret, w.batch,
+       NOT w.paused AND w.disabled_at IS NULL,
+       GREATEST(0, pg_catalog.ceil(EXTRACT(epoch FROM w.next_attempt_at - pg_catalog.clock_timestamp()) * 1000))::bigint,
+       w.sending_upto
+FROM streams.webhook_state w JOIN streams.subscription_state s ON s.id = w.subscription
+ORDER BY s.id";
+
+/// [`LOAD`] for a database still at 0.2.0 (no `sending_upto`: until
+/// `ALTER EXTENSION litebase_streams UPDATE`, a retry after a crash may
+/// carry more events under another id).
+const LOAD_V0_2: &str = "
+SELECT s.id, s.name::text, s.stream::text, s.owner::oid, s.position, w.url, w.secret, w.batch,
+       NOT w.paused AND w.disabled_at IS NULL,
+       GREATEST(0, pg_catalog.ceil(EXTRACT(epoch FROM w.next_attempt_at - pg_catalog.clock_timestamp()) * 1000))::bigint,
+       NULL::bigint
+FROM streams.webhook_state w JOIN streams.subscription_state s ON s.id = w.subscription
+ORDER BY s.id";
+
+/// Writes down the batch about to be sent (see `Webhook::sending_upto`).
+/// Skips a row its owner holds locked (returning nothing): that webhook
+/// waits, the others go on.
+const SENDING: &str = "
+UPDATE streams.webhook_state w SET sending_upto = $2
+FROM (SELECT l.subscription FROM streams.webhook_state l WHERE l.subscription = $1 FOR UPDATE SKIP LOCKED) l
+WHERE w.subscription = l.subscription
+RETURNING 1";
+
+/// Whether the schema has `webhook_state.sending_upto` (0.3.0 on).
+fn persists_batches() -> bool {
+    // SAFETY: catalog lookups with static C strings inside the caller's transaction; missing_ok.
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), true);
+        let table = pg_sys::get_relname_relid(c"webhook_state".as_ptr(), schema);
+        table != pg_sys::InvalidOid && pg_sys::get_attnum(table, c"sending_upto".as_ptr()) != 0
+    }
+}
+
 /// The webhooks, and the horizon.
 fn load(client: &mut SpiClient<'_>) -> SpiResult<(Vec<Webhook>, i64)> {
     let horizon = exec(client, "SELECT streams.horizon()", None, &[])?.first().get::<i64>(1)?.unwrap_or(0);
-    let rows = exec(
-        client,
-        "SELECT s.id, s.name::text, s.stream::text, s.owner::oid, s.position, w.url, w.secret, w.batch,
-                NOT w.paused AND w.disabled_at IS NULL,
-                GREATEST(0, pg_catalog.ceil(EXTRACT(epoch FROM w.next_attempt_at - pg_catalog.clock_timestamp()) * 1000))::bigint
-         FROM streams.webhook_state w JOIN streams.subscription_state s ON s.id = w.subscription
-         ORDER BY s.id",
-        None,
-        &[],
-    )?;
+    let rows = exec(client, if persists_batches() { LOAD } else { LOAD_V0_2 }, None, &[])?;
     let mut webhooks = Vec::with_capacity(rows.len());
     for row in rows {
         webhooks.push(Webhook {
@@ -555,6 +589,7 @@ fn load(client: &mut SpiClient<'_>) -> SpiResult<(Vec<Webhook>, i64)> {
             batch: i64::from(row.get::<i32>(8)?.unwrap_or(1)),
             active: row.get::<bool>(9)?.unwrap_or(false),
             due_in: Duration::from_millis(row.get::<i64>(10)?.unwrap_or(0).max(0) as u64),
+            sending_upto: row.get::<i64>(11)?,
         });
     }
     Ok((webhooks, horizon))
@@ -566,6 +601,8 @@ enum Next {
     Nothing,
     /// A large event waits until other large bodies are sent.
     Deferred,
+    /// Its owner holds its row locked: the batch cannot be written down.
+    Locked,
     Ready(Request),
 }
 
@@ -639,6 +676,13 @@ fn next_request(webhook: &Webhook, upto: i64, log_id: &str, large_budget: i64) -
         } else {
             format!("msg_{log}_{}_{first}-{last}", webhook.id)
         };
+        // Committed (synchronously) before the request goes out.
+        if persists_batches()
+            && webhook.sending_upto != Some(last)
+            && exec(client, SENDING, None, &[webhook.id.into(), last.into()])?.is_empty()
+        {
+            return Ok(Ok(Next::Locked));
+        }
         let request = Request {
             webhook: webhook.id,
             last,
