@@ -6,6 +6,29 @@
 -- Definitions repeat sql/streams.sql; the upgrade test compares the result
 -- with a fresh install.
 
+-- The status view and its function change shape: remember who could read it.
+-- (Kept in a transaction-local setting: a table would join the extension.)
+SELECT pg_catalog.set_config('litebase_streams_upgrade.status_readers', coalesce(pg_catalog.string_agg(g.grantee::oid::text, ','), ''), true)
+FROM (
+    SELECT a.grantee::regrole AS grantee FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+    WHERE c.oid = 'streams.status'::regclass AND a.privilege_type = 'SELECT' AND a.grantee <> 0 AND a.grantee <> c.relowner
+    UNION
+    SELECT a.grantee::regrole FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+    WHERE p.oid = 'streams._worker_status()'::regprocedure AND a.grantee <> 0 AND a.grantee <> p.proowner
+) g;
+
+-- Locks first, in the order publishers, readers and the worker take them,
+-- so that they wait behind this step instead of deadlocking with it (a
+-- publisher holding the log while it waits for the BRIN index this step
+-- alters, a reader holding horizon_state while it waits for the log).
+-- Readers lock a view before the tables under it, so the views this step
+-- replaces come first: streams.status (dropped here, created again below)
+-- and streams.events, whose lock takes the log and the tables it reads in
+-- the readers' order; publishers and the worker lock the log first.
+DROP VIEW streams.status;
+LOCK TABLE streams.events IN ACCESS EXCLUSIVE MODE;
+LOCK TABLE streams.event_log, streams.transactions, streams.horizon_state IN ACCESS EXCLUSIVE MODE;
+
 -- The schema must hold nothing the extension does not own (see bootstrap.sql).
 DO $check$
 DECLARE
@@ -65,17 +88,6 @@ FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
 WHERE p.oid IN ('streams.publish(text, jsonb)'::regprocedure, 'streams.publish_batch(text, jsonb[])'::regprocedure)
   AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner;
 
--- The status view and its function change shape: remember who could read it.
--- (Kept in a transaction-local setting: a table would join the extension.)
-SELECT pg_catalog.set_config('litebase_streams_upgrade.status_readers', coalesce(pg_catalog.string_agg(g.grantee::oid::text, ','), ''), true)
-FROM (
-    SELECT a.grantee::regrole AS grantee FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
-    WHERE c.oid = 'streams.status'::regclass AND a.privilege_type = 'SELECT' AND a.grantee <> 0 AND a.grantee <> c.relowner
-    UNION
-    SELECT a.grantee::regrole FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
-    WHERE p.oid = 'streams._worker_status()'::regprocedure AND a.grantee <> 0 AND a.grantee <> p.proowner
-) g;
-DROP VIEW streams.status;
 DROP FUNCTION streams._worker_status();
 CREATE FUNCTION streams."_worker_status"() RETURNS TABLE (
 	"newest_position" bigint,

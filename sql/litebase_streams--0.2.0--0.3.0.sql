@@ -13,14 +13,17 @@
 
 \echo Use "ALTER EXTENSION litebase_streams UPDATE TO '0.3.0'" to load this file. \quit
 
--- Locks in the order publishers, readers and the worker take them: the log
--- first. Everyone else then waits behind this step instead of deadlocking
--- with it (a reader holding a table this step alters while it waits for
--- the log).
-LOCK TABLE streams.event_log IN ACCESS EXCLUSIVE MODE;
-LOCK TABLE streams.horizon_state, streams.commit_times, streams.log_info, streams.stream_grants,
-    streams.private_streams, streams.subscription_state, streams.subscription_progress,
-    streams.webhook_state IN ACCESS EXCLUSIVE MODE;
+-- Locks first, in the order publishers, readers and the worker take them,
+-- so that they wait behind this step instead of deadlocking with it.
+-- Readers lock a view before the tables under it: streams.events first
+-- (its lock takes the log, then the horizon), then the view this step
+-- replaces, then the tables it alters. Only those: a publisher reads the
+-- grants after it locked the log, and waits at the log.
+LOCK TABLE streams.events IN ACCESS EXCLUSIVE MODE;
+LOCK TABLE streams.event_log, streams.horizon_state IN ACCESS EXCLUSIVE MODE;
+LOCK TABLE streams.webhooks IN ACCESS EXCLUSIVE MODE;
+LOCK TABLE streams.commit_times, streams.log_info, streams.private_streams, streams.subscription_state,
+    streams.subscription_progress, streams.webhook_state IN ACCESS EXCLUSIVE MODE;
 
 -- The schema must hold nothing the extension does not own (see bootstrap.sql).
 DO $check$

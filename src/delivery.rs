@@ -276,6 +276,15 @@ pub fn run(db: pg_sys::Oid, batch_size: i64, phase: Phase) -> Round {
     if database_is_template() {
         return Round::Template;
     }
+    // The lock on the log may have waited for an ALTER EXTENSION ... UPDATE:
+    // a snapshot from before it would read the updated tables as they were
+    // (a horizon_state row without the cluster's identifier looks restored).
+    // SAFETY: in_transaction pushed the active snapshot this replaces; read
+    // committed, so GetTransactionSnapshot takes a new one.
+    unsafe {
+        pg_sys::PopActiveSnapshot();
+        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+    }
     Spi::connect_mut(|client| deliver(client, db, batch_size, phase, schema, log))
         .unwrap_or_else(|e| StreamsError::Spi { doing: "a delivery round", error: e.to_string() }.raise())
 }

@@ -261,8 +261,21 @@ fn checked_stream(stream: Option<&str>) -> pg_sys::Oid {
     validate_stream_name(stream).or_raise();
     crate::require_preload().or_raise();
     let sequence = position_sequence();
+    lock_log_first(sequence);
     privileges::check_publish(stream, sequence);
     sequence
+}
+
+/// Lock `streams.event_log` before reading anything else of the extension's
+/// (the grants): the log comes first in every lock order, the worker's, the
+/// readers' and every upgrade step's, so that a publisher waits behind an
+/// `ALTER EXTENSION ... UPDATE` instead of deadlocking with it. A lock the
+/// transaction already holds costs a local lookup.
+fn lock_log_first(sequence: pg_sys::Oid) {
+    let (_, log) = log_owner_and_table(sequence);
+    // SAFETY: a relation lock inside the publishing transaction; pgrx's FFI guard turns an ERROR
+    // (a lock timeout, a cancel) into a Rust panic.
+    unsafe { pg_sys::LockRelationOid(log, pg_sys::RowExclusiveLock as pg_sys::LOCKMODE) };
 }
 
 /// Allocate a position, announcing the transaction as an open publisher first.

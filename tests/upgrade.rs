@@ -670,3 +670,104 @@ fn library_serves_a_database_that_did_not_update() {
     assert_eq!(extversion(&mut kept.connect()), "0.1.0", "the database that did not update stays at 0.1.0");
     assert_eq!(extversion(&mut updated.connect()), default_version(), "the other database updated");
 }
+
+/// The update under load (issue 22): publishers, a replay pager and a
+/// listener keep going through the whole chain from 0.1.0. Every step
+/// locks the log first, as they do, so they wait behind it; none fails
+/// (no deadlock, 40P01), every committed event is there afterwards in
+/// position order, and the worker never takes the update for a restore.
+#[test]
+fn update_under_publish_replay_and_listen_fails_no_one() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let db = TestDb::without_extension();
+    install_0_1_0(&db);
+    let log_path = env("LITEBASE_STREAMS_SERVER_LOG");
+    let log_before = std::fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    let committed: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let mut load = Vec::new();
+    for p in 0..3 {
+        let (config, stop, errors, committed) = (db.config(), stop.clone(), errors.clone(), committed.clone());
+        load.push(std::thread::spawn(move || {
+            let mut c = config.connect(postgres::NoTls).unwrap();
+            let mut n = 0;
+            while !stop.load(Ordering::Acquire) {
+                n += 1;
+                // Two events a transaction: the second publish holds the log already.
+                let result = c.transaction().and_then(|mut tx| {
+                    let data = format!(r#"{{"p": {p}, "n": {n}}}"#);
+                    let a: i64 = tx.query_one("SELECT streams.publish('orders', $1::text::jsonb)", &[&data])?.get(0);
+                    let b: i64 = tx.query_one("SELECT streams.publish('orders', $1::text::jsonb)", &[&data])?.get(0);
+                    tx.commit()?;
+                    Ok([a, b])
+                });
+                match result {
+                    Ok(positions) => committed.lock().unwrap().extend(positions),
+                    Err(e) => errors.lock().unwrap().push(format!("publisher: {e:?}")),
+                }
+            }
+        }));
+    }
+    {
+        let (config, stop, errors) = (db.config(), stop.clone(), errors.clone());
+        load.push(std::thread::spawn(move || {
+            let mut c = config.connect(postgres::NoTls).unwrap();
+            let mut after = 0i64;
+            while !stop.load(Ordering::Acquire) {
+                match c.query(
+                    "SELECT position FROM streams.events WHERE position > $1 ORDER BY position LIMIT 100",
+                    &[&after],
+                ) {
+                    Ok(rows) if rows.is_empty() => after = 0, // from the start again
+                    Ok(rows) => {
+                        let positions: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                        if positions.windows(2).any(|w| w[0] >= w[1]) || positions[0] <= after {
+                            errors.lock().unwrap().push(format!("replay out of order after {after}: {positions:?}"));
+                        }
+                        after = *positions.last().unwrap();
+                    }
+                    Err(e) => errors.lock().unwrap().push(format!("replay: {e:?}")),
+                }
+            }
+        }));
+    }
+    let received: Arc<Mutex<Vec<i64>>> = Arc::default();
+    {
+        let (mut listener, stop, received) = (Listener::new(&db, &["orders"]), stop.clone(), received.clone());
+        load.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                if let Some(got) = next_received(&mut listener, Duration::from_millis(200)) {
+                    received.lock().unwrap().push(got.position);
+                }
+            }
+        }));
+    }
+    wait_until("events flow at 0.1.0", WAIT, || received.lock().unwrap().len() >= 20);
+    let stepped = update_chain(&mut db.connect());
+    let at_update = committed.lock().unwrap().len();
+    wait_until("events flow after the update", WAIT, || committed.lock().unwrap().len() >= at_update + 20);
+    stop.store(true, Ordering::Release);
+    for thread in load {
+        thread.join().unwrap();
+    }
+
+    assert_eq!(errors.lock().unwrap().clone(), Vec::<String>::new(), "no one failed during {stepped:?}");
+    let mut committed = committed.lock().unwrap().clone();
+    committed.sort_unstable();
+    let mut c = db.connect();
+    wait_for_horizon(&mut c, *committed.last().unwrap());
+    let stored: Vec<i64> = c
+        .query("SELECT position FROM streams.events WHERE stream = 'orders' ORDER BY position", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(stored, committed, "every committed event, once, in position order");
+    let received = received.lock().unwrap().clone();
+    assert!(received.windows(2).all(|w| w[0] < w[1]), "notifications in position order");
+    let log = std::fs::read(&log_path).unwrap();
+    let during = String::from_utf8_lossy(&log[log_before as usize..]);
+    assert!(!during.contains("restored from another cluster"), "the worker took the update for a restore");
+}

@@ -23,7 +23,7 @@ use postgres::{Client, Config, NoTls};
 
 pub const PAYMENT: &str = r#"{"order_id":"ord_123","amount":49.00}"#;
 
-fn env(name: &str) -> String {
+pub fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run the tests with `make test`"))
 }
 
