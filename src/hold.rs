@@ -70,6 +70,18 @@ fn commit_is_written(procno: usize) -> bool {
     xid != pg_sys::InvalidTransactionId && unsafe { pg_sys::TransactionIdDidCommit(xid) }
 }
 
+/// This database's `litebase_streams.hold_timeout`: its setting if it has
+/// one, else the configuration file's, else the default (a RESET takes
+/// effect too).
+const READ_HOLD_TIMEOUT: &str = "SELECT coalesce(
+             (SELECT pg_catalog.split_part(s.setting, '=', 2)
+              FROM pg_catalog.pg_db_role_setting d, pg_catalog.unnest(d.setconfig) AS s(setting)
+              WHERE d.setdatabase = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())
+                AND d.setrole = 0 AND s.setting LIKE 'litebase\\_streams.hold\\_timeout=%'),
+             (SELECT f.setting FROM pg_catalog.pg_file_settings f
+              WHERE f.name = 'litebase_streams.hold_timeout' AND f.applied ORDER BY f.seqno DESC LIMIT 1),
+             '0')";
+
 /// Apply this database's `litebase_streams.hold_timeout` from
 /// `ALTER DATABASE ... SET`, at most once a second.
 fn refresh_database_setting() {
@@ -78,18 +90,7 @@ fn refresh_database_setting() {
         return;
     }
     LAST_REFRESH.with(|l| l.set(Some(now)));
-    // The database's setting if it has one, else the configuration file's,
-    // else the default: a RESET takes effect too.
-    let value = Spi::get_one::<String>(
-        "SELECT coalesce(
-             (SELECT pg_catalog.split_part(s.setting, '=', 2)
-              FROM pg_catalog.pg_db_role_setting d, pg_catalog.unnest(d.setconfig) AS s(setting)
-              WHERE d.setdatabase = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())
-                AND d.setrole = 0 AND s.setting LIKE 'litebase\\_streams.hold\\_timeout=%'),
-             (SELECT f.setting FROM pg_catalog.pg_file_settings f
-              WHERE f.name = 'litebase_streams.hold_timeout' AND f.applied ORDER BY f.seqno DESC LIMIT 1),
-             '0')",
-    );
+    let value = Spi::connect(|client| client.select(READ_HOLD_TIMEOUT, Some(1), &[])?.first().get_one::<String>());
     let value = match value {
         Ok(Some(v)) => v,
         _ => return,

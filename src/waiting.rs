@@ -52,7 +52,7 @@ impl Waiter {
         if left.is_zero() {
             return false;
         }
-        let timeout = left.min(MAX_SLEEP).as_millis().max(1) as std::ffi::c_long;
+        let timeout = left.min(recheck_after()).as_millis().max(1) as std::ffi::c_long;
         // SAFETY: waits on this backend's own latch; WL_EXIT_ON_PM_DEATH ends
         // the process if the postmaster dies. Interrupt handlers set the
         // latch, and CHECK_FOR_INTERRUPTS raises through pgrx's guard.
@@ -103,13 +103,34 @@ fn _wait(position: Option<i64>, timeout: Option<pgrx::datum::Interval>) -> bool 
     }
 }
 
+/// How long a wait sleeps at most before it looks again. On a hot standby
+/// no worker wakes it (the horizon moves by WAL replay), so it looks every
+/// [`STANDBY_RECHECK`].
+fn recheck_after() -> Duration {
+    // SAFETY: reads shared recovery state; callable from any connected backend.
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        STANDBY_RECHECK
+    } else {
+        MAX_SLEEP
+    }
+}
+
+const STANDBY_RECHECK: Duration = Duration::from_millis(50);
+
 /// The horizon as the calling transaction's next statement will see it (under
 /// repeatable read, the transaction's snapshot), read as the caller.
 pub fn horizon_seen_by_transaction() -> i64 {
     // SAFETY: a plain call that returns a snapshot owned by the snapshot manager.
     let snapshot = unsafe { pg_sys::GetTransactionSnapshot() };
+    // A read-only select (Spi::get_one would assign a transaction id: an
+    // error on a hot standby, and a commit record for a mere read).
     with_active_snapshot(snapshot, || {
-        Spi::get_one::<i64>("SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)")
+        Spi::connect(|client| {
+            client
+                .select("SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)", Some(1), &[])?
+                .first()
+                .get_one::<i64>()
+        })
     })
     .unwrap_or_else(|e| crate::error::StreamsError::Spi { doing: "reading the horizon", error: e.to_string() }.raise())
     .unwrap_or(0)

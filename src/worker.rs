@@ -325,7 +325,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                     entry.notify_state.store(failure.notify_state() as u32, Ordering::Relaxed);
                 }
                 entry.set_state(WorkerState::Retrying);
-                let backoff = backoff(failures);
+                let backoff = backoff_after(&failure.sqlstate, failures);
                 warn_failed("delivery round", &failure, backoff);
                 backoff
             }
@@ -347,7 +347,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                 Err(failure) => {
                     notify_failures += 1;
                     entry.notify_state.store(failure.notify_state() as u32, Ordering::Relaxed);
-                    let backoff = backoff(notify_failures);
+                    let backoff = backoff_after(&failure.sqlstate, notify_failures);
                     warn_failed("notification round", &failure, backoff);
                     next_notify = std::time::Instant::now() + backoff;
                     wait = wait.min(backoff);
@@ -469,6 +469,22 @@ fn compact_commit_times(compacted: &mut crate::commit_times::Compacted) {
 pub(crate) fn backoff(failures: u32) -> Duration {
     Duration::from_millis(10u64 << failures.min(10)).min(Duration::from_secs(10))
 }
+
+/// [`backoff`] after a failure with SQLSTATE `sqlstate`. A lack of
+/// resources (class 53: a full disk, out of memory) goes away without
+/// anyone telling the worker, and a retry costs it one failed round, so
+/// it looks again every second at most instead of sitting out the full
+/// backoff once space is back.
+pub(crate) fn backoff_after(sqlstate: &str, failures: u32) -> Duration {
+    let full = backoff(failures);
+    if sqlstate.starts_with("53") {
+        full.min(RESOURCE_RECHECK)
+    } else {
+        full
+    }
+}
+
+const RESOURCE_RECHECK: Duration = Duration::from_secs(1);
 
 fn warn_failed(what: &str, failure: &Failure, backoff: Duration) {
     ereport!(
@@ -602,5 +618,23 @@ pub fn after_drop(db: pg_sys::Oid, dropped: bool, was_running: bool) {
     }
     if !dropped && was_running {
         launcher::launch(db, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_ten_seconds() {
+        assert_eq!(backoff(1), Duration::from_millis(20));
+        assert_eq!(backoff(30), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_full_disk_is_looked_at_again_every_second() {
+        assert_eq!(backoff_after("53100", 30), Duration::from_secs(1));
+        assert_eq!(backoff_after("53200", 2), backoff(2));
+        assert_eq!(backoff_after("40001", 30), Duration::from_secs(10));
     }
 }

@@ -55,9 +55,25 @@ fn a_standby_serves_final_events_and_a_promoted_one_delivers() {
     };
     assert_eq!((state.as_str(), horizon), ("standby", first[2]), "status works read-only on the standby");
 
+    // streams.wait works read-only too (it failed with XX000 "cannot assign
+    // TransactionIds during recovery"): at once for a final event, false
+    // for one still held, and true once the standby replays its commit.
+    let waited = |s: &mut Client, position: i64, timeout: &str| -> bool {
+        s.query_one("SELECT streams.wait($1, $2::text::interval)", &[&position, &timeout])
+            .unwrap_or_else(|e| panic!("streams.wait on the standby: {e:?}"))
+            .get(0)
+    };
+    assert!(waited(&mut s, first[2], "0s"), "a final event needs no wait");
+    assert!(!waited(&mut s, held, "100ms"), "a held event is not final on the standby either");
+    let waiter = {
+        let config = standby.config(&db.name);
+        std::thread::spawn(move || waited(&mut connect_retrying(&config), later, "30s"))
+    };
+
     holder.batch_execute("COMMIT").unwrap();
     wait_for_horizon(&mut primary, later);
     catch_up(&mut primary, &mut s);
+    assert!(waiter.join().unwrap(), "a wait on the standby ends when the standby replays the horizon");
     let expected: Vec<i64> = first.iter().copied().chain([held, later]).collect();
     assert_eq!(positions(&mut s, "SELECT position FROM streams.events ORDER BY position"), expected);
     let err = s.batch_execute("SELECT streams.publish('orders', '{}')").unwrap_err();

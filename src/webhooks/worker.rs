@@ -107,9 +107,16 @@ pub fn ensure_worker(db: pg_sys::Oid) {
     if running(db) || !webhooks_installed() {
         return;
     }
-    let wanted = Spi::get_one::<bool>(
-        "SELECT EXISTS (SELECT FROM streams.webhook_state w WHERE NOT w.paused AND w.disabled_at IS NULL)",
-    );
+    let wanted = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT EXISTS (SELECT FROM streams.webhook_state w WHERE NOT w.paused AND w.disabled_at IS NULL)",
+                Some(1),
+                &[],
+            )?
+            .first()
+            .get_one::<bool>()
+    });
     if matches!(wanted, Ok(Some(true))) && !launch(db) {
         warning!("litebase_streams: no background worker slot for the webhook worker; retrying");
     }
@@ -300,8 +307,9 @@ fn serve(entry: &'static DbEntry) {
             }
             Err(failure) => {
                 failures += 1;
-                warn_failed(&failure, backoff(failures));
-                pause(entry, backoff(failures));
+                let backoff = crate::worker::backoff_after(&failure.sqlstate, failures);
+                warn_failed(&failure, backoff);
+                pause(entry, backoff);
                 continue;
             }
         };
