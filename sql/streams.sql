@@ -75,13 +75,23 @@ CREATE INDEX commit_times_last_time ON streams.commit_times (last_time);
 -- new era of transaction ids begins: that cluster's transaction ids may
 -- repeat ids of restored events, and replay(from_tx => ..) takes the newest
 -- transaction with an id (see streams._replay_start).
+--
+-- One row, a new version of it per round that moves the horizon. A
+-- snapshot held open for long (a REPEATABLE READ report, pg_dump) keeps
+-- every version since it began, so the row is found through the index on
+-- the horizon: every reader asks for the version with the highest horizon
+-- (ORDER BY horizon DESC LIMIT 1), which is the newest one, and finds it
+-- first, however many old versions there are. No unique key: checking one
+-- on every new version would visit all the old ones (the worker is the only
+-- writer and keeps to one row).
 CREATE TABLE streams.horizon_state (
-    id                boolean PRIMARY KEY DEFAULT true CHECK (id),
+    id                boolean NOT NULL DEFAULT true CHECK (id),
     horizon           bigint NOT NULL,
     delivered         bigint,
     system_identifier bigint,
     era_bounds        bigint[]
 );
+CREATE INDEX horizon_state_horizon ON streams.horizon_state (horizon);
 
 -- Which log this is: a new id for every CREATE EXTENSION (also the one a
 -- restore runs), so a client can tell a re-created or restored log, whose
@@ -249,7 +259,7 @@ COMMENT ON FUNCTION streams._may_publish(text) IS 'Internal: whether the current
 -- every stream pays one boolean test per row.
 ALTER TABLE streams.event_log ENABLE ROW LEVEL SECURITY;
 CREATE POLICY readable ON streams.event_log FOR SELECT USING (
-    (position > coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)) IS NOT TRUE
+    (position > coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0)) IS NOT TRUE
     AND ((SELECT streams._reads_all()) OR streams._stream_matches(stream, (SELECT streams._read_patterns())))
 );
 
@@ -263,7 +273,7 @@ CREATE POLICY readable ON streams.event_log FOR SELECT USING (
 -- SECURITY DEFINER: a reader needs no access to streams.horizon_state.
 CREATE FUNCTION streams.horizon() RETURNS bigint
 LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)
+    SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0)
 $$;
 COMMENT ON FUNCTION streams.horizon() IS 'The highest final position: no event at or below it can appear later.';
 
@@ -317,7 +327,7 @@ COMMENT ON FUNCTION streams._newest_position() IS 'Internal: the newest allocate
 CREATE VIEW streams.events WITH (security_invoker = true) AS
 SELECT e.position, e.stream, streams._commit_time(e.position) AS "time", e.tx, e.data
 FROM streams.event_log e
-WHERE (e.position > coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)) IS NOT TRUE;
+WHERE (e.position > coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0)) IS NOT TRUE;
 
 COMMENT ON VIEW streams.events IS 'Final events: position, stream, time (commit time), tx (xid8), data.';
 COMMENT ON COLUMN streams.events.position IS 'Place on the database''s global timeline; readers never see a lower one appear later.';
@@ -375,8 +385,8 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
         ELSE (WITH hit AS (
                   SELECT e.position FROM streams.event_log e
                   WHERE e.tx = from_tx
-                    AND e.position <= coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)),
-              bounds AS (SELECT (SELECT h.era_bounds FROM streams.horizon_state h) AS b)
+                    AND e.position <= coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0)),
+              bounds AS (SELECT (SELECT h.era_bounds FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1) AS b)
               SELECT min(hit.position) - 1 FROM hit, bounds
               WHERE streams._era(hit.position, bounds.b)
                     = (SELECT streams._era(max(hit.position), bounds.b) FROM hit))
@@ -574,7 +584,7 @@ COMMENT ON FUNCTION streams.set_private(text, boolean) IS 'Make the matching str
 -- Tables are read by the view itself (as its owner): an operator needs
 -- SELECT on the view and EXECUTE on streams._worker_status() only.
 CREATE VIEW streams.status AS
-SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0) AS horizon,
+SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0) AS horizon,
        w.newest_position,
        w.worker_pid,
        w.worker_state,

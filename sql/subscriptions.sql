@@ -182,7 +182,7 @@ SELECT s.name, s.stream, s.ordered, s.owner,
        GREATEST(s.last_ack_at, progress.acked_at) AS last_ack_at,
        s.created_at
 FROM streams.subscription_state s
-CROSS JOIN LATERAL (SELECT coalesce((SELECT hs.horizon FROM streams.horizon_state hs), 0) AS horizon) h
+CROSS JOIN LATERAL (SELECT coalesce((SELECT hs.horizon FROM streams.horizon_state hs ORDER BY hs.horizon DESC LIMIT 1), 0) AS horizon) h
 LEFT JOIN LATERAL (
     SELECT e.position,
            -- Read here rather than through streams._commit_time, which reads as

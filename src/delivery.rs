@@ -151,14 +151,29 @@ LEFT JOIN fresh f ON f.tx = ev.tx
 LEFT JOIN streams.transactions t ON t.tx = ev.tx
 ORDER BY ev.position";
 
+/// The round's state: the row version this worker wrote last (`$1`, its
+/// ctid), found at once however many old versions a long-open snapshot
+/// keeps (see `streams.horizon_state` in sql/streams.sql). Null columns when
+/// that version is not the visible one: [`READ_STATE`] then looks it up.
+const READ_STATE_AT: &str = "
+SELECT h.horizon, coalesce(h.delivered, h.horizon),
+       (SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END FROM streams.position_seq s),
+       h.system_identifier, h.era_bounds, h.ctid::text
+FROM (SELECT NULL) AS one LEFT JOIN streams.horizon_state h ON h.ctid = $1::text::tid";
+
+/// The round's state, as readers find it: the version with the highest
+/// horizon. For the first round, and after someone else wrote the row (a
+/// restore).
 const READ_STATE: &str = "
 SELECT h.horizon, coalesce(h.delivered, h.horizon),
        (SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END FROM streams.position_seq s),
-       h.system_identifier, h.era_bounds
-FROM (SELECT NULL) AS one LEFT JOIN streams.horizon_state h ON true";
+       h.system_identifier, h.era_bounds, h.row_ctid::text
+FROM (SELECT NULL) AS one
+LEFT JOIN (SELECT s.horizon, s.delivered, s.system_identifier, s.era_bounds, s.ctid AS row_ctid
+           FROM streams.horizon_state s ORDER BY s.horizon DESC LIMIT 1) h ON true";
 
 const READ_STATE_V0_1: &str =
-    "SELECT streams.horizon(), streams.horizon(), streams._newest_position(), NULL::bigint, NULL::bigint[]";
+    "SELECT streams.horizon(), streams.horizon(), streams._newest_position(), NULL::bigint, NULL::bigint[], NULL::text";
 
 /// The previous event of a stream, for an event whose stream the worker has
 /// not notified since it started.
@@ -170,37 +185,38 @@ const PREVIOUS: &str = "SELECT pg_catalog.max(e.position) FROM streams.event_log
 const READ_PRIVATE: &str = "SELECT pg_catalog.array_agg(p.stream::text) FROM streams.private_streams p";
 const READ_PRIVATE_V0_1: &str = "SELECT NULL::text[]";
 
-/// Saves the round's state: a HOT update of the one row, written only over
-/// the state the round read (`$5` horizon, `$6` system identifier). The
-/// round read the state with an older snapshot than this statement's, and
-/// only the worker writes the row, except a restore: pg_restore's COPY can
-/// commit in between, and overwriting the restored row with this cluster's
-/// identifier would hide the restore (no new era). Returns a row when it
-/// wrote one.
+/// Saves the round's state: a new version of the row version the round
+/// read (`$7`, its ctid), written only over the state the round read (`$5`
+/// horizon, `$6` system identifier). The round read the state with an older
+/// snapshot than this statement's, and only the worker writes the row,
+/// except a restore: pg_restore's COPY can commit in between, and
+/// overwriting the restored row with this cluster's identifier would hide
+/// the restore (no new era). Returns the new version's ctid when it wrote
+/// one.
 const SAVE: &str = "
 UPDATE streams.horizon_state
 SET horizon = $1, delivered = NULLIF($2, $1), system_identifier = $3, era_bounds = $4
-WHERE id AND horizon = $5 AND system_identifier IS NOT DISTINCT FROM $6
-RETURNING 1::bigint";
+WHERE ctid = $7::text::tid AND horizon = $5 AND system_identifier IS NOT DISTINCT FROM $6
+RETURNING ctid::text";
 
 /// [`SAVE`] for the first round, which read no row: the row is inserted by
 /// the worker instead of by the extension script, so that restoring a dump
 /// (which carries the row) does not collide with it. A row a restore
 /// inserted in between is left alone: nothing is written. Takes the same
-/// parameters (`$5` and `$6` are null, so unused).
+/// parameters (`$5` to `$7` are null, so unused).
 const SAVE_FIRST: &str = "
 INSERT INTO streams.horizon_state (id, horizon, delivered, system_identifier, era_bounds)
-VALUES (true, $1, NULLIF($2, $1), $3, $4)
-ON CONFLICT (id) DO NOTHING
-RETURNING 1::bigint";
+SELECT true, $1, NULLIF($2, $1), $3, $4
+WHERE NOT EXISTS (SELECT FROM streams.horizon_state)
+RETURNING ctid::text";
 
-/// 0.1.0 has no delivered position and no eras; `$2` to `$6` are unused.
+/// 0.1.0 has no delivered position and no eras; `$2` to `$7` are unused.
 const SAVE_V0_1: &str = "
 WITH updated AS (UPDATE streams.horizon_state SET horizon = $1 WHERE id RETURNING 1),
 inserted AS (
     INSERT INTO streams.horizon_state (id, horizon) SELECT true, $1 WHERE NOT EXISTS (SELECT FROM updated) RETURNING 1
 )
-SELECT (SELECT pg_catalog.count(*) FROM updated) OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM inserted)";
+SELECT NULL::text FROM (SELECT 1 FROM updated UNION ALL SELECT 1 FROM inserted) AS written";
 
 /// The version of the extension installed in this database, if any, and the
 /// OID of its `streams.event_log` (which log the positions belong to), locked
@@ -318,6 +334,8 @@ pub(crate) fn database_is_template() -> bool {
 /// version changes.
 struct Plans {
     schema: Schema,
+    /// The current schema only: [`READ_STATE_AT`].
+    read_state_at: Option<OwnedPreparedStatement>,
     read_state: OwnedPreparedStatement,
     read_private: OwnedPreparedStatement,
     previous: OwnedPreparedStatement,
@@ -338,6 +356,8 @@ struct Recorded {
 
 thread_local! {
     static PLANS: RefCell<Option<Rc<Plans>>> = const { RefCell::new(None) };
+    /// The ctid of the `horizon_state` version the last round wrote.
+    static WRITTEN: RefCell<Option<String>> = const { RefCell::new(None) };
     static LAST_NOTIFIED: RefCell<LastNotified> = RefCell::new(LastNotified::default());
 }
 
@@ -385,7 +405,8 @@ fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plans>> {
         Schema::V0_1 => (READ_STATE_V0_1, READ_PRIVATE_V0_1, FETCH_V0_1, SAVE_V0_1),
     };
     let range = [int8, int8, int8];
-    let save_types = [int8, int8, int8, int8_array, int8, int8];
+    let text = PgOid::BuiltIn(PgBuiltInOids::TEXTOID);
+    let save_types = [int8, int8, int8, int8_array, int8, int8, text];
     let recorded = match schema {
         Schema::Current => Some(Recorded {
             fetch: client.prepare(FETCH_RECORDED, &range)?.keep(),
@@ -397,9 +418,13 @@ fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plans>> {
     };
     let plans = Rc::new(Plans {
         schema,
+        read_state_at: match schema {
+            Schema::Current => Some(client.prepare(READ_STATE_AT, &[text])?.keep()),
+            Schema::V0_1 => None,
+        },
         read_state: client.prepare(read_state, &[])?.keep(),
         read_private: client.prepare(read_private, &[])?.keep(),
-        previous: client.prepare(PREVIOUS, &[PgOid::BuiltIn(PgBuiltInOids::TEXTOID), int8])?.keep(),
+        previous: client.prepare(PREVIOUS, &[text, int8])?.keep(),
         fetch_new: client.prepare_mut(fetch_new, &range)?.keep(),
         recorded,
         save: client.prepare_mut(save, &save_types)?.keep(),
@@ -424,7 +449,17 @@ fn deliver(
     let phase = if schema == Schema::V0_1 { Phase::Combined } else { phase };
     // Order matters (see horizon.rs): the newest allocated position first,
     // then the publishers' slots, then a fresh snapshot for the events.
-    let state = client.select(&plans.read_state, None, &[])?.first();
+    let written = WRITTEN.with(|w| w.borrow().clone());
+    let at = match (&plans.read_state_at, written) {
+        (Some(read_state_at), Some(ctid)) => Some(client.select(read_state_at, None, &[ctid.into()])?.first())
+            .filter(|state| state.get::<i64>(1).ok().flatten().is_some()),
+        _ => None,
+    };
+    let state = match at {
+        Some(state) => state,
+        None => client.select(&plans.read_state, None, &[])?.first(),
+    };
+    let read_at = state.get::<String>(6)?;
     let persisted_row = state.get::<i64>(1)?;
     let persisted = persisted_row.unwrap_or(0);
     let delivered = state.get::<i64>(2)?.unwrap_or(0);
@@ -483,15 +518,20 @@ fn deliver(
         bounds.into(),
         persisted_row.into(),
         written_by.into(),
+        read_at.into(),
     ];
     let save = match &plans.save_first {
         Some(save_first) if persisted_row.is_none() => save_first,
         _ => &plans.save,
     };
     let saved = client.update(save, None, &args)?;
-    if saved.is_empty() || saved.first().get::<i64>(1)? != Some(1) {
+    if saved.is_empty() {
         StreamsError::HorizonStateChanged.raise();
     }
+    // If the round fails after this, the version rolls back with it, and
+    // the next round finds it invisible and looks the row up.
+    let ctid = saved.first().get::<String>(1)?;
+    WRITTEN.with(|w| *w.borrow_mut() = ctid);
     Ok(Round::Done { horizon: new_horizon, delivered: new_delivered, newest, more })
 }
 

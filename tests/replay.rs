@@ -332,3 +332,42 @@ fn wait_returns_once_an_event_is_visible() {
     let err = db.connect_as(&outsider.name).batch_execute("SELECT streams.wait(1, '1s')").unwrap_err();
     assert_eq!(sqlstate(&err), "42501", "waiting is part of the read privilege: {err}");
 }
+
+/// Shared buffers one query read or hit, from EXPLAIN (ANALYZE, BUFFERS):
+/// the first "Buffers:" line is the top node's, which counts its children's.
+fn buffers(c: &mut Client, sql: &str) -> i64 {
+    let lines: Vec<String> =
+        c.query(&format!("EXPLAIN (ANALYZE, BUFFERS) {sql}"), &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    let top = lines.iter().find_map(|l| l.trim().strip_prefix("Buffers: shared ")).expect("a Buffers line");
+    top.split_whitespace()
+        .filter_map(|part| part.split_once('='))
+        .filter(|(kind, _)| *kind == "hit" || *kind == "read")
+        .map(|(_, n)| n.parse::<i64>().unwrap())
+        .sum()
+}
+
+/// A snapshot held open for long (issue 22) keeps every old version of the
+/// horizon's row: thousands of rounds later, a reader still finds the
+/// horizon in a few pages (through its index), where it used to read every
+/// page of versions. Counted in buffers, not timed.
+#[test]
+fn a_long_open_snapshot_does_not_make_readers_read_every_old_horizon() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    let mut old = db.connect();
+    old.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM streams.events").unwrap();
+    let pages = |c: &mut Client| -> i64 {
+        c.query_one("SELECT pg_relation_size('streams.horizon_state') / 8192", &[]).unwrap().get(0)
+    };
+    // A round per event: publish, wait until it is final.
+    wait_until("the horizon's row has 64 pages of old versions", Duration::from_secs(120), || {
+        for _ in 0..50 {
+            let position = publish(&mut c, "orders", "{}");
+            let _: bool = c.query_one("SELECT streams.wait($1, '5s')", &[&position]).unwrap().get(0);
+        }
+        pages(&mut c) >= 64
+    });
+    let read = buffers(&mut c, "SELECT count(*) FROM streams.events WHERE position = 1");
+    assert!(read < 16, "one event read {read} buffers beside {} pages of old horizons", pages(&mut c));
+    old.batch_execute("COMMIT").unwrap();
+}
