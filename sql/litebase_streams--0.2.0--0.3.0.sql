@@ -14,6 +14,8 @@
 --    with the highest horizon), so a long-open snapshot, which keeps every
 --    old version of the row, no longer slows every reader and the worker;
 --    horizon_state loses its primary key, whose check visited them all.
+-- 5. streams.status says what the transaction holding the horizon back
+--    waits for (holder_waits_for): synchronous replication, its client.
 
 \echo Use "ALTER EXTENSION litebase_streams UPDATE TO '0.3.0'" to load this file. \quit
 
@@ -128,9 +130,16 @@ SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizo
        w.holder_position,
        a.backend_xid AS holder_xid,
        now() - a.xact_start AS holder_age,
-       w.rounds
+       w.rounds,
+       CASE WHEN w.holder_pid IS NULL THEN NULL
+            WHEN a.wait_event = 'SyncRep' THEN 'synchronous replication: committed locally, waiting for the standbys'
+            WHEN a.state LIKE 'idle in transaction%' THEN 'its client: idle in transaction'
+            WHEN a.wait_event IS NOT NULL THEN pg_catalog.concat(a.wait_event_type, ': ', a.wait_event)
+            ELSE 'its own work: running'
+       END AS holder_waits_for
 FROM streams._worker_status() w
 LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = w.holder_pid;
+COMMENT ON COLUMN streams.status.holder_waits_for IS 'What the transaction holding the horizon back waits for: synchronous replication (committed locally; hold_timeout never ends it), its client (idle in transaction), or a wait event.';
 
 LOCK TABLE streams.events IN ACCESS EXCLUSIVE MODE;
 LOCK TABLE streams.event_log, streams.horizon_state, streams.commit_times, streams.log_info,

@@ -596,11 +596,18 @@ SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizo
        w.holder_position,
        a.backend_xid AS holder_xid,
        now() - a.xact_start AS holder_age,
-       w.rounds
+       w.rounds,
+       CASE WHEN w.holder_pid IS NULL THEN NULL
+            WHEN a.wait_event = 'SyncRep' THEN 'synchronous replication: committed locally, waiting for the standbys'
+            WHEN a.state LIKE 'idle in transaction%' THEN 'its client: idle in transaction'
+            WHEN a.wait_event IS NOT NULL THEN pg_catalog.concat(a.wait_event_type, ': ', a.wait_event)
+            ELSE 'its own work: running'
+       END AS holder_waits_for
 FROM streams._worker_status() w
 LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = w.holder_pid;
 
 COMMENT ON VIEW streams.status IS 'Horizon, newest position, worker state and lag, notification state, log identity, and what holds the horizon back.';
+COMMENT ON COLUMN streams.status.holder_waits_for IS 'What the transaction holding the horizon back waits for: synchronous replication (committed locally; hold_timeout never ends it), its client (idle in transaction), or a wait event.';
 
 -- Descriptions of what the sections above do not comment on already.
 COMMENT ON TABLE streams.event_log IS 'Every event ever published, final or not; read streams.events instead.';

@@ -155,6 +155,11 @@ fn hold_timeout_never_terminates_a_commit_waiting_for_synchronous_replication() 
     assert!(rounds_since > 0, "the worker ran rounds while the commit waited");
     assert_eq!(horizon(&mut app), before, "the event is not final before it is replicated");
     assert!(!cluster.server_log().contains("terminating process"), "hold_timeout terminated nobody");
+    let waits_for: Option<String> = app.query_one("SELECT holder_waits_for FROM streams.status", &[]).unwrap().get(0);
+    assert!(
+        waits_for.as_deref().is_some_and(|w| w.starts_with("synchronous replication")),
+        "status names why the holder waits: {waits_for:?}"
+    );
 
     // The operator stops requiring the standby: the commit returns, the
     // client learns it committed, and the event becomes final.

@@ -225,7 +225,8 @@ fn status_names_the_transaction_that_holds_the_horizon() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     let row = other
         .query_one(
-            "SELECT horizon, newest_position, holder_pid, holder_position, holder_xid::text, holder_age IS NOT NULL, worker_pid IS NOT NULL
+            "SELECT horizon, newest_position, holder_pid, holder_position, holder_xid::text, holder_age IS NOT NULL, worker_pid IS NOT NULL,
+                    holder_waits_for
              FROM streams.status",
             &[],
         )
@@ -236,6 +237,7 @@ fn status_names_the_transaction_that_holds_the_horizon() {
     assert_eq!(row.get::<_, Option<i64>>(3), Some(held));
     assert_eq!(row.get::<_, Option<String>>(4), Some(holder_xid));
     assert!(row.get::<_, bool>(5) && row.get::<_, bool>(6));
+    assert_eq!(row.get::<_, Option<String>>(7).as_deref(), Some("its client: idle in transaction"));
     holder.batch_execute("COMMIT").unwrap();
     wait_for_horizon(&mut other, later);
     let free: Option<i32> = other.query_one("SELECT holder_pid FROM streams.status", &[]).unwrap().get(0);
