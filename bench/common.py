@@ -213,18 +213,35 @@ def listener_main(conninfo, channel, record, stop_evt, ready_evt, counter, out):
         out.send(("error", traceback.format_exc(), None))
 
 
+# The anchor of a paced run (publisher_main's anchor=True): the same row
+# INSERTed into the plain table and a pg_notify in the same transaction, whose
+# payload carries the row's id as "position" (the listener matches it to the
+# commit as it matches a published event's notification).
+ANCHOR_QUERY = ("WITH i AS (INSERT INTO bench_plain(stream, data) VALUES (%s, %s::jsonb) RETURNING id, data) "
+                "SELECT i.id, pg_notify(%s, json_build_object('position', i.id, 'data', i.data)::text) FROM i")
+
+
 def publisher_main(conninfo, stream, interval_ns, offset_ns, ready_evt, start_evt,
-                   start_ns, end_ns, out):
+                   start_ns, end_ns, out, anchor=False, settings=None):
+    """One paced publisher: a transaction of one streams.publish on `stream`
+    every interval_ns; anchor=True: ANCHOR_QUERY instead (the INSERT and a
+    pg_notify on the channel `stream`). settings: session settings, e.g.
+    {"synchronous_commit": "off"}."""
     try:
         import psycopg
         mono = time.monotonic_ns
         conn = psycopg.connect(conninfo, autocommit=True)
         cur = conn.cursor()
-        q = "SELECT streams.publish(%s, %s::jsonb)"
+        for name, value in (settings or {}).items():
+            cur.execute("SELECT set_config(%s, %s, false)", (name, value))
+        if anchor:
+            q, params = ANCHOR_QUERY, (stream, PAYLOAD, stream)
+        else:
+            q, params = "SELECT streams.publish(%s, %s::jsonb)", (stream, PAYLOAD)
         # Warm up the connection and the prepared statement (outside the measurement).
         for _ in range(6):
             cur.execute("BEGIN")
-            cur.execute(q, (stream, PAYLOAD), prepare=True)
+            cur.execute(q, params, prepare=True)
             cur.fetchone()
             cur.execute("ROLLBACK")
         ready_evt.set()
@@ -237,7 +254,7 @@ def publisher_main(conninfo, stream, interval_ns, offset_ns, ready_evt, start_ev
                 time.sleep((t_next - now) / 1e9)
             t_sched = t_next
             cur.execute("BEGIN")
-            cur.execute(q, (stream, PAYLOAD), prepare=True)
+            cur.execute(q, params, prepare=True)
             pos = cur.fetchone()[0]
             t_before = mono()
             cur.execute("COMMIT")

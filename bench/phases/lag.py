@@ -173,7 +173,10 @@ def section(res, w):
             w(f"**Maximum rate, asynchronous commit.** The same with `PGOPTIONS='-c synchronous_commit=off'` "
               f"and {clients} clients, `litebase_streams.max_backlog` at its default ({lag['max_backlog']:,}: "
               f"a transaction's first publish waits while that many final positions await the worker): "
-              f"{f0(lp['tps'])} events/s.")
+              f"{f0(lp['tps'])} events/s. An event becomes final (visible, notified) only once its commit "
+              "record is flushed to disk (the worker's round commits synchronously, flushing the WAL up to "
+              "the publishers' commits before it), so the latencies below include that flush; the "
+              "publishers do not wait for it.")
         w(f"`streams.status` sampled every 50 ms ({lag['samples']} samples while positions advanced); the "
           f"LISTEN client timestamps every notification ({lag['received']:,} of {lag['expected']:,} received).")
         w("")

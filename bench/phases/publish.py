@@ -405,7 +405,11 @@ def section(res, w):
         w(f"| ratio publish / plain INSERT | {fx(sync_off_med(res, 'publish') / sync_off_med(res, 'plain'))} | | | |")
         w("")
         w(f"After each of these publish runs the worker had delivered every event within "
-          f"{max(so['catchup']) * 1000:.0f} ms of pgbench finishing.")
+          f"{max(so['catchup']) * 1000:.0f} ms of pgbench finishing. With these publishers an event becomes "
+          "final (visible, notified) only once its commit record is flushed to disk: the worker's round "
+          "commits synchronously, which flushes the WAL up to the publishers' commits before it. The "
+          "publishers do not wait for that flush, so these rates do not include it; what it adds to "
+          "delivery latency is in section 2.")
         w("")
 
 
