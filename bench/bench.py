@@ -23,9 +23,16 @@ rotating order (A B C, B C A, C A B), and reports medians:
  1b. TPC-B with a publish (pgbench -i -s 10; 8/32 clients, 8 in a smoke run):
      pgbench's TPC-B-like transaction alone, with one streams.publish before
      END, and with the same row INSERTed into a plain table instead.
-  2. delivery latency: commit -> notification received at a paced 1,000 events/s,
-     and the worker's lag while pgbench publishes at the maximum rate, with
-     synchronous commit and with synchronous_commit = off (32 clients).
+  2. delivery latency: commit -> notification received at a paced 1,000 events/s;
+     the same with the publishers at synchronous_commit = off, streams.publish
+     vs INSERT + pg_notify in the same transaction (an event is final only once
+     its commit record is flushed; the anchor notifies before); the worker's lag
+     while pgbench publishes at the maximum rate, with synchronous commit and
+     with synchronous_commit = off (32 clients); a hot standby's lag.
+ 2e. a long-open snapshot: horizon(), a 100-event page, the worker's rounds/s
+     and horizon_state's size under a paced load (pgbench -R 500), without and
+     with a REPEATABLE READ transaction held open for 5 minutes (20 s in a
+     smoke run), then after its COMMIT.
   3. replay throughput over N events (1M): streams.replay(), the streams.events
      view and a raw ordered scan of a plain copy of the same rows.
   4. storage: bytes per event, streams tables vs bench_plain with the same rows.
