@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmarks of litebase_streams against the plain-PostgreSQL anchors.
 
-    make bench            full run (about 13 minutes): docs/benchmarks.md, docs/bench-*.png
+    make bench            full run (about 22 minutes): docs/benchmarks.md, docs/bench-*.png
     make bench QUICK=1    smoke run (under a minute): target/bench-quick/benchmarks.md
 
 The Makefile runs `setup install start` first (a release build of the extension

@@ -136,7 +136,7 @@ def write_report(res, out_dir, phases):
     w("")
     w("```sh")
     w("make bench           # installs prerequisites, builds and installs the release build, starts")
-    w("                     # the local cluster, runs everything (~13 min), rewrites this file")
+    w("                     # the local cluster, runs everything (~22 min), rewrites this file")
     w("make bench QUICK=1   # smoke run (< 1 min), report in target/bench-quick/")
     w("make bench LARGE=1   # also section 5: grows a log to 50M events (about 25 more minutes, ~12 GB")
     w("                     # of disk); later runs keep its figures from docs/bench-growth.json")

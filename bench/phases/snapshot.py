@@ -206,7 +206,7 @@ def values(res):
     if not sn:
         return {}
     w, wo = sn["runs"]["with"], sn["runs"]["without"]
-    common_ = dict(age=_age(w["snapshot_age_s"]), rate=f"{res['config']['snap_rate']:,}")
+    common_ = dict(age=_age(sn["growth"][-1][0]), rate=f"{res['config']['snap_rate']:,}")
     return {
         "snapshot_horizon_ratio": dict(value=med(w["horizon_ms"]) / med(wo["horizon_ms"]), **common_),
         "snapshot_page_ratio": dict(value=med(w["page_ms"]) / med(wo["page_ms"]), **common_),
@@ -233,13 +233,14 @@ def section(res, w):
     cfg = res["config"]
     r = sn["runs"]
     wi, wo, af = r["with"], r["without"], r["after"]
-    age = wi["snapshot_age_s"]
+    age, age_end = sn["growth"][-1][0], wi["snapshot_age_s"]  # when the measurements began, ended
     w("## 2e. Beside a long-open snapshot")
     w("")
     w(f"A steady paced load (`pgbench -f bench/publish.sql -c {cfg['snap_clients']} -R {cfg['snap_rate']}`, "
       "in a database of its own) runs throughout. The same measurements three times: first without an old "
       f"snapshot; then, after `{HOLD_SQL[0]}; {HOLD_SQL[1]};` has been held open beside the load for "
-      f"{age:.0f} s ({wi['xmin_age']:,} transactions behind by then), while it is still open; then after its "
+      f"{age:.0f} s ({wi['xmin_age']:,} transactions behind by then), while it is still open (until "
+      f"{age_end:.0f} s); then after its "
       "`COMMIT` and a `VACUUM streams.horizon_state`. Each time, after a `CHECKPOINT`, in "
       f"{cfg['snap_slices']} slices one after another: `streams.status.rounds` over {cfg['snap_window_s']} s "
       f"(the load alone), then 1/{cfg['snap_slices']} of {cfg['snap_horizon_calls']:,} calls of "
