@@ -181,7 +181,7 @@ pub(crate) struct Compacted {
 /// start for a new table: a re-created log). Nothing when the database's
 /// schema has no commit times (0.1.0).
 pub(crate) fn compact(client: &mut SpiClient<'_>, done: &mut Compacted) -> SpiResult<()> {
-    let Some(log) = crate::delivery::log_with_commit_times() else { return Ok(()) };
+    let Some(log) = crate::catalog::log_with_commit_times() else { return Ok(()) };
     if done.log != log {
         *done = Compacted { log, settled: 0 };
     }

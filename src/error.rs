@@ -9,7 +9,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::{function_name, PgLogLevel, PgSqlErrorCode};
 use std::fmt;
 
-use crate::notify::STREAM_NAME_RULE;
+use crate::notify::{NameError, STREAM_NAME_RULE};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamsError {
@@ -357,8 +357,14 @@ pub trait OrRaise<T> {
     fn or_raise(self) -> T;
 }
 
-impl<T> OrRaise<T> for Result<T, StreamsError> {
+impl<T, E: Into<StreamsError>> OrRaise<T> for Result<T, E> {
     fn or_raise(self) -> T {
-        self.unwrap_or_else(|e| e.raise())
+        self.unwrap_or_else(|e| e.into().raise())
+    }
+}
+
+impl From<NameError> for StreamsError {
+    fn from(NameError { name, reason }: NameError) -> StreamsError {
+        StreamsError::InvalidStreamName { name, reason }
     }
 }

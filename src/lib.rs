@@ -6,12 +6,13 @@
 //! * shmem.rs: the state publishers and workers share;
 //! * worker.rs, delivery.rs: the background workers and their delivery round;
 //! * notify.rs: stream names and notification payloads;
+//! * catalog.rs: lookups of the extension's own objects (schema version, the log, templates);
 //! * privileges.rs: per-stream publish checks, running as the log's owner;
 //! * kept_plan.rs: statements planned once per backend under a pinned search_path;
 //! * hold.rs: `litebase_streams.hold_timeout`;
 //! * replay.rs, status.rs: SQL helpers behind `streams.replay` and `streams.status`;
-//! * subscriptions/: durable consumers (`poll`, `ack`, `seek`) and their claims;
-//! * waiting.rs: sleeping until the horizon moves (`streams.wait`, long polls);
+//! * subscriptions/: durable consumers (`poll`, `ack`, `seek`), their claims, and
+//!   sleeping until the horizon moves (`wait.rs`: `streams.wait`, long polls);
 //! * webhooks/: events POSTed to HTTP endpoints, signed, by a worker of their own;
 //! * utility.rs: keeps DROP DATABASE working;
 //! * sql/: the tables, views and SQL functions users see (streams.sql, subscriptions.sql,
@@ -22,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use pgrx::prelude::*;
 
 mod append;
+mod catalog;
 mod commit_times;
 mod delivery;
 mod error;
@@ -39,7 +41,6 @@ mod shmem;
 mod status;
 mod subscriptions;
 mod utility;
-mod waiting;
 mod webhooks;
 mod worker;
 

@@ -8,8 +8,6 @@
 //! when it would not fit in one notification it is sent without `data` and
 //! marked `"truncated": true`.
 
-use crate::error::StreamsError;
-
 pub const MAX_STREAM_NAME_BYTES: usize = 63;
 pub const STREAM_NAME_RULE: &str = "a stream name is 1 to 63 bytes of letters, digits, '_', '.', ':' \
      or '-', starting with a letter, digit or '_'";
@@ -21,12 +19,20 @@ fn is_name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-')
 }
 
-fn invalid(name: &str, reason: &'static str) -> StreamsError {
-    StreamsError::InvalidStreamName { name: name.to_owned(), reason }
+/// A name (or pattern) that breaks the naming rule, and why. The extension
+/// raises it as SQLSTATE 22023 (error.rs converts it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameError {
+    pub name: String,
+    pub reason: &'static str,
+}
+
+fn invalid(name: &str, reason: &'static str) -> NameError {
+    NameError { name: name.to_owned(), reason }
 }
 
 /// Check a stream name against the naming rule.
-pub fn validate_stream_name(name: &str) -> Result<(), StreamsError> {
+pub fn validate_stream_name(name: &str) -> Result<(), NameError> {
     let bytes = name.as_bytes();
     match bytes.first() {
         None => return Err(invalid(name, "it is empty")),
@@ -71,7 +77,7 @@ impl StreamSelector {
 }
 
 /// Parse `name`, `prefix*` or `*`.
-pub fn parse_stream_selector(pattern: &str) -> Result<StreamSelector, StreamsError> {
+pub fn parse_stream_selector(pattern: &str) -> Result<StreamSelector, NameError> {
     let Some(prefix) = pattern.strip_suffix('*') else {
         validate_stream_name(pattern)?;
         return Ok(StreamSelector::Exact(pattern.to_owned()));

@@ -52,7 +52,7 @@ pub extern "C-unwind" fn litebase_streams_worker_main(arg: pg_sys::Datum) {
     if !in_transaction(extension_installed) {
         return; // most databases, at server start
     }
-    if in_transaction(crate::delivery::database_is_template) {
+    if in_transaction(crate::catalog::database_is_template) {
         log!("litebase_streams worker for database {}: a template database gets no worker", db.to_u32());
         return;
     }
@@ -428,7 +428,7 @@ fn summarize_new_ranges() {
     let result = attempt(|| {
         // Only the extension's own indexes: summarising runs index
         // expressions, and the worker is a superuser.
-        if crate::delivery::extension_log().is_none() {
+        if crate::catalog::extension_log().is_none() {
             return;
         }
         commit_without_waiting();

@@ -32,7 +32,7 @@ use crate::config::Config;
 use crate::db::Db;
 use crate::error::ApiError;
 use crate::event::Event;
-use crate::listen::ListenRequest;
+use crate::listen::{ListenRequest, Note, Notifications};
 use crate::metrics;
 use crate::pattern::Selector;
 
@@ -114,11 +114,6 @@ impl Topics {
     }
 }
 
-pub struct Note {
-    pub pid: i32,
-    pub payload: String,
-}
-
 impl Hub {
     pub fn start(cfg: Config, db: Db) -> Arc<Hub> {
         let (listen, requests) = mpsc::unbounded_channel();
@@ -132,7 +127,7 @@ impl Hub {
             next_client: AtomicU64::new(1),
             last_role: Mutex::new(None),
         });
-        tokio::spawn(crate::listen::listener(hub.clone(), requests));
+        tokio::spawn(crate::listen::listener(hub.db.listen_config.clone(), hub.clone(), requests));
         hub
     }
 
@@ -270,6 +265,20 @@ impl Hub {
 impl Slot {
     pub fn id(&self) -> u64 {
         self.id
+    }
+}
+
+impl Notifications for Hub {
+    fn dispatch(&self, channel: &str, note: Note) {
+        Hub::dispatch(self, channel, note)
+    }
+
+    fn replay_all(&self) {
+        Hub::replay_all(self)
+    }
+
+    fn set_listening(&self, listening: bool) {
+        self.listening.store(listening, Ordering::Relaxed);
     }
 }
 

@@ -26,9 +26,9 @@ use serde::Deserialize;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
+use crate::app::{start_of, App, ConnGuard, EventsQuery};
 use crate::auth::Identity;
 use crate::error::ApiError;
-use crate::http::{start_of, App, ConnGuard, EventsQuery};
 use crate::subscription::{End, Subscription};
 
 /// Close code for a client that fell behind (4000-4999 are the application's).

@@ -29,8 +29,7 @@
 //! owner, like `publish`.
 
 mod claims;
-
-pub use claims::register_callbacks;
+pub mod wait;
 
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::prelude::*;
@@ -38,9 +37,9 @@ use pgrx::spi::SpiClient;
 
 use crate::error::{OrRaise, StreamsError};
 use crate::notify::{parse_stream_selector, StreamSelector};
-use crate::waiting::{self, horizon_seen_by_transaction, isolation_is_snapshot, wait_duration};
 use crate::{privileges, publish};
 use claims::{Hold, Key, CHUNK_WIDTH};
+use wait::{horizon_seen_by_transaction, isolation_is_snapshot, wait_duration};
 
 /// The most events one poll returns.
 const MAX_EVENTS_LIMIT: i32 = 10_000;
@@ -173,7 +172,7 @@ fn _poll(
         // poll would never see a new event.
         StreamsError::PollNeedsReadCommitted { long_poll: subscription.ordered }.raise();
     }
-    let waiter = waiting::Waiter::new(wait, subscription.id);
+    let waiter = wait::Waiter::new(wait, subscription.id);
     let claimed = loop {
         waiter.reset();
         let horizon = horizon_seen_by_transaction();
@@ -523,7 +522,7 @@ fn processed_through(client: &mut SpiClient<'_>, id: i32, chunk: i64) -> SpiResu
 /// read committed anyway; unordered polls refuse snapshot isolation.)
 fn with_latest_snapshot<R>(body: impl FnOnce() -> R) -> R {
     // SAFETY: a plain call that returns a snapshot owned by the snapshot manager.
-    waiting::with_active_snapshot(unsafe { pg_sys::GetLatestSnapshot() }, body)
+    wait::with_active_snapshot(unsafe { pg_sys::GetLatestSnapshot() }, body)
 }
 
 /// The subscription named `name` that the caller may use, or raise.
@@ -642,10 +641,8 @@ fn check_read_coverage(subscription: &str, pattern: &str) {
 
 /// Subscription names follow the stream naming rule.
 fn check_subscription_name(name: &str) -> Result<(), StreamsError> {
-    crate::notify::validate_stream_name(name).map_err(|e| match e {
-        StreamsError::InvalidStreamName { name, reason } => StreamsError::InvalidSubscriptionName { name, reason },
-        other => other,
-    })
+    crate::notify::validate_stream_name(name)
+        .map_err(|crate::notify::NameError { name, reason }| StreamsError::InvalidSubscriptionName { name, reason })
 }
 
 /// Run SPI statements as the extension's owner (the tables' owner), under

@@ -62,7 +62,7 @@ fn _create_webhook(
         Some(_) => StreamsError::InvalidWebhookSecret.raise(),
         None => http::encode_secret(&random_bytes::<SECRET_BYTES>()),
     };
-    let start = after.unwrap_or_else(crate::waiting::horizon_seen_by_transaction);
+    let start = after.unwrap_or_else(crate::subscriptions::wait::horizon_seen_by_transaction);
     let id = subscriptions::create(name, stream, start, true);
     as_owner(|client| {
         let args: [DatumWithOid; 4] = [id.into(), url.as_str().into(), secret.as_str().into(), batch.into()];

@@ -147,7 +147,7 @@ pub extern "C-unwind" fn litebase_streams_webhook_worker_main(arg: pg_sys::Datum
     // not be missed).
     // SAFETY: outside any transaction, as every backend reloads on SIGHUP.
     unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
-    if !in_transaction(extension_installed) || in_transaction(crate::delivery::database_is_template) {
+    if !in_transaction(extension_installed) || in_transaction(crate::catalog::database_is_template) {
         return;
     }
     // SAFETY: MyProcPid is set at process start, MyProc once connected; only read.
@@ -272,8 +272,8 @@ fn serve(entry: &'static DbEntry) {
             reports.push(outcome.into());
         }
         let turn = attempt(|| {
-            // A template database keeps no worker connected (see delivery::database_is_template).
-            if !extension_installed() || crate::delivery::database_is_template() {
+            // A template database keeps no worker connected (see catalog::database_is_template).
+            if !extension_installed() || crate::catalog::database_is_template() {
                 return None;
             }
             Some(Spi::connect_mut(|client| {

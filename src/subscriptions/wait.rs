@@ -28,7 +28,7 @@ impl Waiter {
     /// Wait up to `wait` for the horizon, and for claims of `subscription`
     /// (0: none) to be returned.
     pub fn new(wait: Duration, subscription: i32) -> Waiter {
-        crate::subscriptions::register_callbacks(); // also stops the wait at transaction end
+        super::claims::register_callbacks(); // also stops the wait at transaction end
         let slot = shmem::my_consumer_slot();
         if let Some(slot) = slot.filter(|_| !wait.is_zero()) {
             // SAFETY: MyDatabaseId is set once the backend connected; a plain read.
