@@ -62,10 +62,11 @@ use pgrx::{PgBuiltInOids, PgOid};
 use crate::catalog::{database_is_template, installed_schema, Schema};
 use crate::commit_times::{self, Recorder};
 use crate::error::StreamsError;
-use crate::horizon;
-use crate::notify::{encode_payload, pattern_matches, Event, MAX_DATA_TEXT_BYTES};
 use crate::pg_decls;
 use crate::shmem;
+use litebase_streams_core::horizon;
+use litebase_streams_core::names::pattern_matches;
+use litebase_streams_core::payload::{encode_payload, Event, MAX_DATA_TEXT_BYTES};
 
 /// What a round does (see the module comment).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -349,7 +350,7 @@ fn deliver(
 ) -> SpiResult<Round> {
     let plans = plans(client, schema)?;
     let phase = if schema == Schema::V0_1 { Phase::Combined } else { phase };
-    // Order matters (see horizon.rs): the newest allocated position first,
+    // Order matters (see litebase_streams_core::horizon): the newest allocated position first,
     // then the publishers' slots, then a fresh snapshot for the events.
     let written = WRITTEN.with(|w| w.borrow().clone());
     let at = match (&plans.read_state_at, written) {

@@ -9,7 +9,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::{function_name, PgLogLevel, PgSqlErrorCode};
 use std::fmt;
 
-use crate::notify::{NameError, STREAM_NAME_RULE};
+use litebase_streams_core::names::{NameError, STREAM_NAME_RULE};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamsError {

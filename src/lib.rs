@@ -1,11 +1,11 @@
 //! litebase_streams: real-time, append-only, replayable event streams inside
-//! PostgreSQL.
+//! PostgreSQL. The pure logic (stream names, payloads, the horizon arithmetic,
+//! retry schedules) lives in core/ (litebase-streams-core); this crate is
+//! what runs inside the server.
 //!
 //! * publish.rs: the publish path and its transaction callback;
-//! * horizon.rs: the no-missed-event invariant and the horizon arithmetic;
 //! * shmem.rs: the state publishers and workers share;
 //! * worker.rs, delivery.rs: the background workers and their delivery round;
-//! * notify.rs: stream names and notification payloads;
 //! * catalog.rs: lookups of the extension's own objects (schema version, the log, templates);
 //! * privileges.rs: per-stream publish checks, running as the log's owner;
 //! * kept_plan.rs: statements planned once per backend under a pinned search_path;
@@ -29,10 +29,8 @@ mod delivery;
 mod error;
 mod gucs;
 mod hold;
-mod horizon;
 mod kept_plan;
 mod launcher;
-mod notify;
 mod pg_decls;
 mod privileges;
 mod publish;

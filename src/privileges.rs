@@ -162,7 +162,7 @@ fn ask_may_read_all(pattern: &str) -> bool {
 /// Whether every stream `pattern` selects is selected by `grant`.
 fn pattern_covers(grant: &str, pattern: &str) -> bool {
     match pattern.strip_suffix('*') {
-        None => crate::notify::pattern_matches(grant, pattern),
+        None => litebase_streams_core::names::pattern_matches(grant, pattern),
         Some(prefix) => grant.strip_suffix('*').is_some_and(|granted| prefix.starts_with(granted)),
     }
 }
@@ -230,7 +230,7 @@ crate::pg_decls::function_info_v1!(pg_finfo_litebase_streams_matches_support);
 /// `streams.events` view and `streams._may_publish`.
 #[pg_extern(immutable, strict, parallel_safe)]
 pub(crate) fn _stream_matches(stream: &str, patterns: pgrx::Array<&str>) -> bool {
-    patterns.iter().flatten().any(|pattern| crate::notify::pattern_matches(pattern, stream))
+    patterns.iter().flatten().any(|pattern| litebase_streams_core::names::pattern_matches(pattern, stream))
 }
 
 #[cfg(test)]

@@ -26,10 +26,10 @@ use crate::append::Appender;
 use crate::error::{OrRaise, StreamsError};
 use crate::gucs;
 use crate::kept_plan::{spi, KeptPlan};
-use crate::notify::validate_stream_name;
 use crate::pg_decls;
 use crate::privileges;
 use crate::shmem::{self, DbEntry, PublisherSlot};
+use litebase_streams_core::names::validate_stream_name;
 
 /// This backend's open publishing transaction.
 #[derive(Clone, Copy)]

@@ -8,7 +8,7 @@
 use pgrx::prelude::*;
 
 use crate::error::{OrRaise, StreamsError};
-use crate::notify::{parse_stream_selector, StreamSelector};
+use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
 
 fn selector(pattern: Option<&str>) -> StreamSelector {
     pattern.map_or(StreamSelector::All, |p| parse_stream_selector(p).or_raise())

@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering;
 use pgrx::prelude::*;
 
 use crate::error::{OrRaise, StreamsError};
-use crate::horizon;
 use crate::shmem::{self, NotifyState, WorkerState};
+use litebase_streams_core::horizon;
 
 /// The newest allocated position (0 before the first publish), read from the
 /// sequence without taking a transaction id.

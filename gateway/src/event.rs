@@ -41,7 +41,7 @@ impl Event {
     }
 }
 
-/// A notification payload (src/notify.rs), as far as the gateway reads it.
+/// A notification payload (litebase_streams_core::payload), as far as the gateway reads it.
 #[derive(Debug, Deserialize)]
 pub struct Payload<'a> {
     pub position: i64,
@@ -71,27 +71,12 @@ impl Payload<'_> {
 }
 
 /// Drop insignificant whitespace (jsonb's output puts a space after `:` and
-/// `,`), leaving string contents untouched: the worker's compaction.
+/// `,`), leaving string contents untouched: the worker's compaction, the
+/// same function.
 pub fn compact_json(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let (mut in_string, mut escaped) = (false, false);
-    for c in text.chars() {
-        if in_string {
-            out.push(c);
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
-                _ => {}
-            }
-        } else if c == '"' {
-            in_string = true;
-            out.push(c);
-        } else if !c.is_ascii_whitespace() {
-            out.push(c);
-        }
-    }
-    out
+    let mut out = Vec::with_capacity(text.len());
+    litebase_streams_core::payload::write_compact_json(&mut out, text).expect("writing into a Vec cannot fail");
+    String::from_utf8(out).expect("only ASCII whitespace between UTF-8 runs is dropped")
 }
 
 #[cfg(test)]

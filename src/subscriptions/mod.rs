@@ -36,9 +36,9 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use crate::error::{OrRaise, StreamsError};
-use crate::notify::{parse_stream_selector, StreamSelector};
 use crate::{privileges, publish};
 use claims::{Hold, Key, CHUNK_WIDTH};
+use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
 use wait::{horizon_seen_by_transaction, isolation_is_snapshot, wait_duration};
 
 /// The most events one poll returns.
@@ -641,8 +641,12 @@ fn check_read_coverage(subscription: &str, pattern: &str) {
 
 /// Subscription names follow the stream naming rule.
 fn check_subscription_name(name: &str) -> Result<(), StreamsError> {
-    crate::notify::validate_stream_name(name)
-        .map_err(|crate::notify::NameError { name, reason }| StreamsError::InvalidSubscriptionName { name, reason })
+    litebase_streams_core::names::validate_stream_name(name).map_err(
+        |litebase_streams_core::names::NameError { name, reason }| StreamsError::InvalidSubscriptionName {
+            name,
+            reason,
+        },
+    )
 }
 
 /// Run SPI statements as the extension's owner (the tables' owner), under

@@ -57,10 +57,12 @@ use pgrx::PgOid;
 use super::hosts::Allowed;
 use super::http::{self, Outcome, Request, Sender};
 use crate::error::StreamsError;
-use crate::notify::{parse_stream_selector, write_full_payload, Event, StreamSelector};
 use crate::shmem::{self, DbEntry};
-use crate::worker::{attempt, backoff, extension_installed, in_transaction, pin_session_settings, Failure};
+use crate::worker::{attempt, extension_installed, in_transaction, pin_session_settings, Failure};
 use crate::{gucs, privileges, publish};
+use litebase_streams_core::backoff::backoff;
+use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
+use litebase_streams_core::payload::{write_full_payload, Event};
 
 const LIBRARY: &str = "litebase_streams";
 const WORKER_TYPE: &str = "litebase_streams webhooks";
@@ -307,7 +309,7 @@ fn serve(entry: &'static DbEntry) {
             }
             Err(failure) => {
                 failures += 1;
-                let backoff = crate::worker::backoff_after(&failure.sqlstate, failures);
+                let backoff = litebase_streams_core::backoff::backoff_after(&failure.sqlstate, failures);
                 warn_failed(&failure, backoff);
                 pause(entry, backoff);
                 continue;
