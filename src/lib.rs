@@ -22,25 +22,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use pgrx::prelude::*;
 
-mod append;
-mod catalog;
-mod commit_times;
 mod delivery;
 mod error;
+mod ffi;
 mod gucs;
-mod hold;
-mod kept_plan;
-mod launcher;
-mod pg_decls;
-mod privileges;
-mod publish;
-mod replay;
+mod hooks;
+mod log;
 mod shmem;
-mod status;
 mod subscriptions;
-mod utility;
 mod webhooks;
-mod worker;
 
 use error::{OrRaise, StreamsError};
 
@@ -52,14 +42,14 @@ extension_sql_file!(
     name = "streams_schema",
     requires = [
         _require_preload,
-        privileges::_acl_changed,
-        privileges::_stream_matches,
-        replay::_stream_exact,
-        replay::_stream_prefix_low,
-        replay::_stream_prefix_high,
-        replay::_replay_limit,
-        status::_worker_status,
-        status::worker_pid
+        log::privileges::_acl_changed,
+        log::privileges::_stream_matches,
+        log::replay::_stream_exact,
+        log::replay::_stream_prefix_low,
+        log::replay::_stream_prefix_high,
+        log::replay::_replay_limit,
+        delivery::status::_worker_status,
+        delivery::status::worker_pid
     ]
 );
 extension_sql_file!("../sql/subscriptions.sql", name = "subscriptions", requires = ["streams_schema"]);
@@ -86,10 +76,10 @@ pub extern "C-unwind" fn _PG_init() {
     // functions require: single-threaded, before any backend or worker is forked.
     unsafe {
         shmem::init();
-        publish::init();
-        utility::init();
+        log::publish::init();
+        hooks::drop_database::init();
     }
-    launcher::init();
+    delivery::launcher::init();
 }
 
 /// Everything the extension needs from the server's configuration.
@@ -127,7 +117,7 @@ fn _launch_worker() -> bool {
     shmem::claim_db(db);
     // This database exists: an earlier one dropped under its OID is history.
     shmem::forget_dropped(db);
-    let launched = launcher::launch(db, Some(xid.into_inner()));
+    let launched = delivery::launcher::launch(db, Some(xid.into_inner()));
     if !launched {
         shmem::wake_launcher();
         ereport!(

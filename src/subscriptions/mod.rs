@@ -36,7 +36,7 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use crate::error::{OrRaise, StreamsError};
-use crate::{privileges, publish};
+use crate::{log::privileges, log::publish};
 use claims::{Hold, Key, CHUNK_WIDTH};
 use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
 use wait::{horizon_seen_by_transaction, isolation_is_snapshot, wait_duration};
@@ -655,7 +655,7 @@ fn check_subscription_name(name: &str) -> Result<(), StreamsError> {
 /// its temporary schema must never be found.
 pub(crate) fn as_owner<R>(body: impl FnOnce(&mut SpiClient<'_>) -> SpiResult<R>) -> R {
     let owner = publish::log_owner(publish::position_sequence());
-    crate::kept_plan::with_pinned_search_path(|| privileges::as_owner(owner, || Spi::connect_mut(body)))
+    crate::log::kept_plan::with_pinned_search_path(|| privileges::as_owner(owner, || Spi::connect_mut(body)))
         .unwrap_or_else(|e| StreamsError::Spi { doing: "a subscription statement", error: e.to_string() }.raise())
 }
 

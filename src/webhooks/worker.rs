@@ -56,10 +56,10 @@ use pgrx::PgOid;
 
 use super::hosts::Allowed;
 use super::http::{self, Outcome, Request, Sender};
+use crate::delivery::runtime::{attempt, extension_installed, in_transaction, pin_session_settings, Failure};
 use crate::error::StreamsError;
 use crate::shmem::{self, DbEntry};
-use crate::worker::{attempt, extension_installed, in_transaction, pin_session_settings, Failure};
-use crate::{gucs, privileges, publish};
+use crate::{gucs, log::privileges, log::publish};
 use litebase_streams_core::backoff::backoff;
 use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
 use litebase_streams_core::payload::{write_full_payload, Event};
@@ -140,7 +140,7 @@ fn webhooks_installed() -> bool {
 pub extern "C-unwind" fn litebase_streams_webhook_worker_main(arg: pg_sys::Datum) {
     let db = pg_sys::Oid::from(arg.value() as u32);
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
-    if crate::worker::left_for_a_dropped_database(db, "webhook worker") {
+    if crate::delivery::worker::left_for_a_dropped_database(db, "webhook worker") {
         return;
     }
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(db), None);
@@ -149,7 +149,7 @@ pub extern "C-unwind" fn litebase_streams_webhook_worker_main(arg: pg_sys::Datum
     // not be missed).
     // SAFETY: outside any transaction, as every backend reloads on SIGHUP.
     unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
-    if !in_transaction(extension_installed) || in_transaction(crate::catalog::database_is_template) {
+    if !in_transaction(extension_installed) || in_transaction(crate::log::catalog::database_is_template) {
         return;
     }
     // SAFETY: MyProcPid is set at process start, MyProc once connected; only read.
@@ -252,7 +252,7 @@ fn serve(entry: &'static DbEntry) {
         if entry.stop.load(Ordering::Acquire) {
             return; // DROP DATABASE waits for us; exit 0
         }
-        if crate::worker::shutdown_requested() {
+        if crate::delivery::worker::shutdown_requested() {
             // SAFETY: outside any transaction; proc_exit runs detach and never returns.
             unsafe { pg_sys::proc_exit(1) };
         }
@@ -275,7 +275,7 @@ fn serve(entry: &'static DbEntry) {
         }
         let turn = attempt(|| {
             // A template database keeps no worker connected (see catalog::database_is_template).
-            if !extension_installed() || crate::catalog::database_is_template() {
+            if !extension_installed() || crate::log::catalog::database_is_template() {
                 return None;
             }
             Some(Spi::connect_mut(|client| {
@@ -658,7 +658,7 @@ fn next_request(webhook: &Webhook, upto: i64, log_id: &str, large_budget: i64) -
             let event = Event {
                 position,
                 stream: row.get::<&str>(2)?.unwrap_or_default(),
-                time_us: row.get::<TimestampWithTimeZone>(3)?.map_or(0, crate::delivery::unix_micros),
+                time_us: row.get::<TimestampWithTimeZone>(3)?.map_or(0, crate::delivery::round::unix_micros),
                 tx: row.get::<i64>(4)?.unwrap_or(0),
                 prev: row.get::<i64>(5)?.unwrap_or(0),
                 data: row.get::<&str>(6)?,

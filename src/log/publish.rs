@@ -22,12 +22,12 @@ use std::ffi::c_void;
 use pgrx::prelude::*;
 use pgrx::IntoDatum;
 
-use crate::append::Appender;
 use crate::error::{OrRaise, StreamsError};
+use crate::ffi;
 use crate::gucs;
-use crate::kept_plan::{spi, KeptPlan};
-use crate::pg_decls;
-use crate::privileges;
+use crate::log::append::Appender;
+use crate::log::kept_plan::{spi, KeptPlan};
+use crate::log::privileges;
 use crate::shmem::{self, DbEntry, PublisherSlot};
 use litebase_streams_core::names::validate_stream_name;
 
@@ -93,7 +93,7 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish(fcinfo: pg_sys::Functio
     pg_sys::Datum::from(position)
 }
 
-pg_decls::function_info_v1!(pg_finfo_litebase_streams_publish);
+ffi::function_info_v1!(pg_finfo_litebase_streams_publish);
 
 /// `streams._publish_batch(stream text, data jsonb[]) → bigint[]`, behind
 /// `streams.publish_batch` (sql/streams.sql): one position per element, in
@@ -130,7 +130,7 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish_batch(fcinfo: pg_sys::F
     positions
 }
 
-pg_decls::function_info_v1!(pg_finfo_litebase_streams_publish_batch);
+ffi::function_info_v1!(pg_finfo_litebase_streams_publish_batch);
 
 /// The elements of a jsonb array without nulls (checked by the caller).
 ///
@@ -286,11 +286,11 @@ fn lock_log_first(sequence: pg_sys::Oid) {
 /// "allocating" would hold the horizon with no position to show for it.
 fn next_position(sequence: pg_sys::Oid) -> i64 {
     if PUBLISHING.with(|p| p.get()).is_some() {
-        return took(above_horizon(pg_decls::nextval(sequence)));
+        return took(above_horizon(ffi::nextval(sequence)));
     }
     wait_for_backlog();
     announce();
-    let position = PgTryBuilder::new(|| above_horizon(pg_decls::nextval(sequence)))
+    let position = PgTryBuilder::new(|| above_horizon(ffi::nextval(sequence)))
         .catch_others(|error| {
             finish();
             error.rethrow()

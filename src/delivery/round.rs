@@ -59,10 +59,10 @@ use pgrx::prelude::*;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult};
 use pgrx::{PgBuiltInOids, PgOid};
 
-use crate::catalog::{database_is_template, installed_schema, Schema};
-use crate::commit_times::{self, Recorder};
 use crate::error::StreamsError;
-use crate::pg_decls;
+use crate::ffi;
+use crate::log::catalog::{database_is_template, installed_schema, Schema};
+use crate::log::commit_times::{self, Recorder};
 use crate::shmem;
 use litebase_streams_core::horizon;
 use litebase_streams_core::names::pattern_matches;
@@ -371,7 +371,7 @@ fn deliver(
     let eras = Eras::read(schema, persisted_row.is_some(), written_by, state.get::<Vec<i64>>(5)?, persisted);
     let newest = max_allocated as i64;
     let held = shmem::held_positions(db);
-    crate::hold::enforce(max_allocated, &held);
+    crate::log::hold::enforce(max_allocated, &held);
     let horizon = (horizon::compute(max_allocated, held.iter().map(|(_, low)| *low)) as i64).max(persisted);
     let idle = Round::Done { horizon: persisted, delivered, newest, more: false };
     match phase {
@@ -555,7 +555,7 @@ fn read_events(
         let payload = encode_payload(&event);
         let channel = CString::new(stream).expect("stream names hold no NUL");
         let payload = CString::new(payload).expect("JSON text holds no NUL");
-        pg_decls::notify(&channel, &payload);
+        ffi::notify(&channel, &payload);
     }
     if let (Some(times), Some(recorded)) = (times, &plans.recorded) {
         warn_lost_commit_times(times.inexact() as i64, batch.after, last);

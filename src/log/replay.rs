@@ -76,7 +76,7 @@ pub unsafe extern "C-unwind" fn litebase_streams_era(fcinfo: pg_sys::FunctionCal
     pg_sys::Datum::from(era_of(position, bounds.iter().flat_map(|b| b.iter().flatten())))
 }
 
-crate::pg_decls::function_info_v1!(pg_finfo_litebase_streams_era);
+crate::ffi::function_info_v1!(pg_finfo_litebase_streams_era);
 
 fn era_of(position: i64, bounds: impl Iterator<Item = i64>) -> i32 {
     bounds.filter(|&bound| position > bound).count() as i32

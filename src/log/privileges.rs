@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use pgrx::prelude::*;
 use pgrx::IntoDatum;
 
-use crate::kept_plan::{spi, KeptPlan};
+use crate::log::kept_plan::{spi, KeptPlan};
 
 use crate::error::StreamsError;
 use crate::shmem;
@@ -223,7 +223,7 @@ pub unsafe extern "C-unwind" fn litebase_streams_matches_support(fcinfo: pg_sys:
     pg_sys::Datum::from(0usize)
 }
 
-crate::pg_decls::function_info_v1!(pg_finfo_litebase_streams_matches_support);
+crate::ffi::function_info_v1!(pg_finfo_litebase_streams_matches_support);
 
 /// `streams._stream_matches(stream, patterns)`: whether `stream` is selected
 /// by any of `patterns` (exact names, `prefix.*`, `*`). Used by the
