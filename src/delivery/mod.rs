@@ -6,7 +6,7 @@
 //!
 //! * `launcher`: starts a worker for every database that needs one;
 //! * `worker`: the worker's loop (when to run a round, backoff);
-//! * `round`: one round;
+//! * `round`: one round, and `plans`: its statements;
 //! * `runtime`: transactions, failures and the pinned session settings, also
 //!   for the webhook worker;
 //! * `maintenance`: BRIN summarising and merging commit times;
@@ -14,6 +14,7 @@
 
 pub mod launcher;
 pub mod maintenance;
+mod plans;
 pub mod round;
 pub mod runtime;
 pub mod status;

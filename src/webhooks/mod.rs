@@ -18,6 +18,8 @@
 
 mod hosts;
 mod http;
+mod requests;
+mod state;
 mod worker;
 
 use std::cell::Cell;
