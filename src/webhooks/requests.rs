@@ -10,11 +10,20 @@ use pgrx::spi::SpiClient;
 
 use super::http::{self, Request};
 use super::state::{exec, persists_batches, Webhook, SENDING};
-use super::worker::{MAX_BODY_BYTES, MAX_LARGE_BYTES_IN_FLIGHT};
 use crate::error::StreamsError;
 use crate::log::{privileges, publish};
 use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
 use litebase_streams_core::payload::{write_full_payload, Event};
+
+/// About the most bytes one request body carries (one event always goes,
+/// whatever its size).
+pub(super) const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// The most bytes of larger bodies (single events over [`MAX_BODY_BYTES`])
+/// in flight at once; one always may go. With the concurrency limit this
+/// bounds the worker's memory: about `webhook_max_concurrency` MB plus this
+/// (or one event larger than it).
+pub(super) const MAX_LARGE_BYTES_IN_FLIGHT: i64 = 64 << 20;
 
 /// What to send to a webhook next.
 pub(super) enum Next {

@@ -50,7 +50,7 @@ use pgrx::prelude::*;
 
 use super::hosts::Allowed;
 use super::http::Sender;
-use super::requests::{next_request, Next};
+use super::requests::{next_request, Next, MAX_BODY_BYTES, MAX_LARGE_BYTES_IN_FLIGHT};
 use super::state::{load, record, Report, Webhook};
 use crate::delivery::runtime::{attempt, extension_installed, in_transaction, pin_session_settings, Failure};
 use crate::error::StreamsError;
@@ -60,16 +60,6 @@ use litebase_streams_core::backoff::backoff;
 
 const LIBRARY: &str = "litebase_streams";
 const WORKER_TYPE: &str = "litebase_streams webhooks";
-
-/// About the most bytes one request body carries (one event always goes,
-/// whatever its size).
-pub(super) const MAX_BODY_BYTES: usize = 1 << 20;
-
-/// The most bytes of larger bodies (single events over [`MAX_BODY_BYTES`])
-/// in flight at once; one always may go. With the concurrency limit this
-/// bounds the worker's memory: about `webhook_max_concurrency` MB plus this
-/// (or one event larger than it).
-pub(super) const MAX_LARGE_BYTES_IN_FLIGHT: i64 = 64 << 20;
 
 /// The most body bytes one turn builds before it records what finished and
 /// goes on (so that webhooks of large events delay the others by little).
