@@ -8,7 +8,7 @@ use std::time::Duration;
 use pgrx::prelude::*;
 
 use super::runtime::{attempt, warn_failed};
-use crate::error::StreamsError;
+use crate::error::SpiContext;
 
 /// How often the worker summarises new BRIN ranges and merges commit times.
 pub(super) const SUMMARY_INTERVAL: Duration = Duration::from_secs(5);
@@ -28,8 +28,7 @@ pub(super) fn summarize_new_ranges() {
             return;
         }
         commit_without_waiting();
-        Spi::run(SUMMARIZE)
-            .unwrap_or_else(|e| StreamsError::Spi { doing: "summarizing BRIN ranges", error: e.to_string() }.raise())
+        Spi::run(SUMMARIZE).context("summarizing BRIN ranges")
     });
     match result {
         // A lock timeout means autovacuum is on the table (and summarises too).
@@ -44,9 +43,7 @@ pub(super) fn summarize_new_ranges() {
 /// they were), so only rounds need `synchronous_commit = on`, and a
 /// maintenance write must not leave the worker waiting on an absent standby.
 fn commit_without_waiting() {
-    Spi::run("SET LOCAL synchronous_commit = off").unwrap_or_else(|e| {
-        StreamsError::Spi { doing: "setting synchronous_commit for maintenance", error: e.to_string() }.raise()
-    });
+    Spi::run("SET LOCAL synchronous_commit = off").context("setting synchronous_commit for maintenance");
 }
 
 /// Merge the short rows of commit times the rounds wrote (commit_times.rs).
@@ -54,8 +51,7 @@ fn commit_without_waiting() {
 pub(super) fn compact_commit_times(compacted: &mut crate::log::commit_times::Compacted) {
     let result = attempt(|| {
         commit_without_waiting();
-        Spi::connect_mut(|client| crate::log::commit_times::compact(client, compacted))
-            .unwrap_or_else(|e| StreamsError::Spi { doing: "merging commit times", error: e.to_string() }.raise())
+        Spi::connect_mut(|client| crate::log::commit_times::compact(client, compacted)).context("merging commit times")
     });
     if let Err(failure) = result {
         warn_failed("merging commit times", &failure, SUMMARY_INTERVAL);

@@ -58,7 +58,7 @@ use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiResult};
 
 use super::plans::{plans, Plans};
-use crate::error::StreamsError;
+use crate::error::{SpiContext, StreamsError};
 use crate::ffi;
 use crate::log::catalog::{database_is_template, installed_schema, Schema};
 use crate::log::commit_times::Recorder;
@@ -109,8 +109,7 @@ pub fn run(db: pg_sys::Oid, batch_size: i64, phase: Phase) -> Round {
         pg_sys::PopActiveSnapshot();
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
     }
-    Spi::connect_mut(|client| deliver(client, db, batch_size, phase, schema, log))
-        .unwrap_or_else(|e| StreamsError::Spi { doing: "a delivery round", error: e.to_string() }.raise())
+    Spi::connect_mut(|client| deliver(client, db, batch_size, phase, schema, log)).context("a delivery round")
 }
 
 thread_local! {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use pgrx::pg_sys::panic::CaughtError;
 use pgrx::prelude::*;
 
-use crate::error::StreamsError;
+use crate::error::SpiContext;
 use crate::shmem::NotifyState;
 
 /// Session settings the worker's correctness depends on, set at session
@@ -78,9 +78,7 @@ const PINNED_SETTINGS: &str = "
     SET client_min_messages = warning";
 
 pub(crate) fn pin_session_settings() {
-    Spi::run(PINNED_SETTINGS).unwrap_or_else(|e| {
-        StreamsError::Spi { doing: "pinning the worker's session settings", error: e.to_string() }.raise()
-    });
+    Spi::run(PINNED_SETTINGS).context("pinning the worker's session settings");
 }
 
 pub(crate) fn extension_installed() -> bool {

@@ -25,7 +25,7 @@ use pgrx::IntoDatum;
 
 use crate::log::kept_plan::{spi, KeptPlan};
 
-use crate::error::StreamsError;
+use crate::error::{SpiContext, StreamsError};
 use crate::shmem;
 
 /// Cached answers hold at most this many (role, stream) pairs.
@@ -154,8 +154,7 @@ fn ask_may_read_all(pattern: &str) -> bool {
             row.get::<Vec<String>>(2)?.unwrap_or_default(),
         ))
     });
-    let (all, grants) = answer
-        .unwrap_or_else(|e| StreamsError::Spi { doing: "checking read privileges", error: e.to_string() }.raise());
+    let (all, grants) = answer.context("checking read privileges");
     all || grants.iter().any(|grant| pattern_covers(grant, pattern))
 }
 

@@ -46,7 +46,7 @@ pub(crate) fn _stream_prefix_high(pattern: Option<&str>) -> Option<String> {
 pub(crate) fn _replay_limit(max_events: Option<i32>) -> i32 {
     match max_events {
         None => StreamsError::NullArgument("max_events").raise(),
-        Some(n) if n < 0 => StreamsError::InvalidArgument(format!("max_events must be zero or more, not {n}")).raise(),
+        Some(n) if n < 0 => StreamsError::NegativeArgument { argument: "max_events", value: n.into() }.raise(),
         Some(n) => n,
     }
 }

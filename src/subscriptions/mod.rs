@@ -36,7 +36,7 @@ use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use crate::error::{OrRaise, StreamsError};
+use crate::error::{OrRaise, SpiContext, StreamsError};
 use crate::{log::privileges, log::publish};
 use claims::Key;
 use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
@@ -79,7 +79,7 @@ pub(crate) fn create(name: &str, stream: &str, start: i64, ordered: bool) -> i32
     check_subscription_name(name).or_raise();
     parse_stream_selector(stream).or_raise();
     if start < 0 {
-        StreamsError::InvalidArgument(format!("after must not be negative (got {start})")).raise();
+        StreamsError::NegativeArgument { argument: "after", value: start }.raise();
     }
     check_read_coverage(name, stream);
     // SAFETY: reads the backend's current user id, set once it is connected.
@@ -129,7 +129,7 @@ fn _seek_subscription(name: Option<&str>, start: Option<i64>) {
     let name = name.ok_or(StreamsError::NullArgument("subscription")).or_raise();
     let start = start.ok_or(StreamsError::NullArgument("after")).or_raise();
     if start < 0 {
-        StreamsError::InvalidArgument(format!("after must not be negative (got {start})")).raise();
+        StreamsError::NegativeArgument { argument: "after", value: start }.raise();
     }
     let subscription = open(name);
     claims::lock_exclusively(subscription.id);
@@ -160,9 +160,12 @@ fn _poll(
     let max_events = max_events.ok_or(StreamsError::NullArgument("max_events")).or_raise();
     let wait = wait.ok_or(StreamsError::NullArgument("wait")).or_raise();
     if !(1..=MAX_EVENTS_LIMIT).contains(&max_events) {
-        StreamsError::InvalidArgument(format!(
-            "max_events must be between 1 and {MAX_EVENTS_LIMIT} (got {max_events})"
-        ))
+        StreamsError::ArgumentOutOfRange {
+            argument: "max_events",
+            value: max_events.into(),
+            min: 1,
+            max: MAX_EVENTS_LIMIT.into(),
+        }
         .raise();
     }
     let wait = wait_duration(&wait, "wait").or_raise();
@@ -399,7 +402,7 @@ fn check_subscription_name(name: &str) -> Result<(), StreamsError> {
 pub(crate) fn as_owner<R>(body: impl FnOnce(&mut SpiClient<'_>) -> SpiResult<R>) -> R {
     let owner = publish::log_owner(publish::position_sequence());
     crate::log::kept_plan::with_pinned_search_path(|| privileges::as_owner(owner, || Spi::connect_mut(body)))
-        .unwrap_or_else(|e| StreamsError::Spi { doing: "a subscription statement", error: e.to_string() }.raise())
+        .context("a subscription statement")
 }
 
 type SpiResult<T> = Result<T, pgrx::spi::Error>;

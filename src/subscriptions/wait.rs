@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use pgrx::prelude::*;
 
+use crate::error::SpiContext;
 use crate::shmem::{self, ConsumerSlot};
 
 /// The longest single sleep: a safety net against a lost wake-up (the
@@ -132,7 +133,7 @@ pub fn horizon_seen_by_transaction() -> i64 {
                 .get_one::<i64>()
         })
     })
-    .unwrap_or_else(|e| crate::error::StreamsError::Spi { doing: "reading the horizon", error: e.to_string() }.raise())
+    .context("reading the horizon")
     .unwrap_or(0)
 }
 
@@ -157,12 +158,15 @@ pub fn isolation_is_snapshot() -> bool {
 
 /// An interval argument as a duration (months count 30 days); 22023 when
 /// negative.
-pub fn wait_duration(wait: &pgrx::datum::Interval, argument: &str) -> Result<Duration, crate::error::StreamsError> {
+pub fn wait_duration(
+    wait: &pgrx::datum::Interval,
+    argument: &'static str,
+) -> Result<Duration, crate::error::StreamsError> {
     let days = wait.months() as i64 * 30 + wait.days() as i64;
     let micros = days.checked_mul(86_400_000_000).and_then(|d| d.checked_add(wait.micros()));
     match micros {
         Some(micros) if micros >= 0 => Ok(Duration::from_micros(micros as u64)),
-        Some(_) => Err(crate::error::StreamsError::InvalidArgument(format!("{argument} must not be negative"))),
-        None => Err(crate::error::StreamsError::InvalidArgument(format!("{argument} is out of range"))),
+        Some(_) => Err(crate::error::StreamsError::NegativeInterval { argument }),
+        None => Err(crate::error::StreamsError::IntervalOutOfRange { argument }),
     }
 }

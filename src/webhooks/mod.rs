@@ -56,7 +56,8 @@ fn _create_webhook(
     let batch = batch.ok_or(StreamsError::NullArgument("batch")).or_raise();
     crate::require_preload().or_raise();
     if !(1..=MAX_BATCH).contains(&batch) {
-        StreamsError::InvalidArgument(format!("batch must be between 1 and {MAX_BATCH} (got {batch})")).raise();
+        StreamsError::ArgumentOutOfRange { argument: "batch", value: batch.into(), min: 1, max: MAX_BATCH.into() }
+            .raise();
     }
     let url = checked_url(url);
     let secret = match secret {
@@ -200,7 +201,7 @@ fn random_bytes<const N: usize>() -> [u8; N] {
     let mut bytes = [0u8; N];
     // SAFETY: writes N bytes into a local buffer of N bytes.
     if !unsafe { pg_sys::pg_strong_random(bytes.as_mut_ptr().cast(), N) } {
-        StreamsError::InvalidArgument("no strong random source to make a webhook secret; pass secret".into()).raise();
+        StreamsError::NoRandomSource.raise();
     }
     bytes
 }

@@ -10,7 +10,7 @@ use pgrx::spi::SpiClient;
 
 use super::http::{self, Request};
 use super::state::{exec, persists_batches, Webhook, SENDING};
-use crate::error::StreamsError;
+use crate::error::SpiContext;
 use crate::log::{privileges, publish};
 use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
 use litebase_streams_core::payload::{write_full_payload, Event};
@@ -129,10 +129,8 @@ pub(super) fn next_request(
         };
         Ok::<_, pgrx::spi::Error>(Ok(Next::Ready(request)))
     });
-    read.unwrap_or_else(|error| {
-        StreamsError::Spi { doing: "reading a webhook's events", error: error.to_string() }.raise()
-    })
-    .map_err(|error| (format!("webhook \"{}\": {error}", webhook.name), false))
+    read.context("reading a webhook's events")
+        .map_err(|error| (format!("webhook \"{}\": {error}", webhook.name), false))
 }
 
 /// The last position the next request carries, and the size of its data:

@@ -53,7 +53,7 @@ use super::http::Sender;
 use super::requests::{next_request, Next, MAX_BODY_BYTES, MAX_LARGE_BYTES_IN_FLIGHT};
 use super::state::{load, record, Report, Webhook};
 use crate::delivery::runtime::{attempt, extension_installed, in_transaction, pin_session_settings, Failure};
-use crate::error::StreamsError;
+use crate::error::SpiContext;
 use crate::gucs;
 use crate::shmem::{self, DbEntry};
 use litebase_streams_core::backoff::backoff;
@@ -146,9 +146,7 @@ pub extern "C-unwind" fn litebase_streams_webhook_worker_main(arg: pg_sys::Datum
     in_transaction(|| {
         pin_session_settings();
         // Progress must be durable before the next request goes out.
-        Spi::run("SET synchronous_commit = on").unwrap_or_else(|e| {
-            StreamsError::Spi { doing: "pinning the webhook worker's settings", error: e.to_string() }.raise()
-        });
+        Spi::run("SET synchronous_commit = on").context("pinning the webhook worker's settings");
     });
     // Woken like a long poll whenever the horizon moves.
     if let Some(slot) = shmem::my_consumer_slot() {
