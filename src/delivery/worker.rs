@@ -342,6 +342,6 @@ fn start_webhook_worker(db: pg_sys::Oid) {
 fn round(db: pg_sys::Oid, entry: &DbEntry, phase: Phase) -> Result<Round, Failure> {
     entry.set_state(WorkerState::Delivering);
     entry.rounds.fetch_add(1, Ordering::Relaxed);
-    let batch_size = i64::from(gucs::BATCH_SIZE.get());
+    let batch_size = gucs::batch_size();
     attempt(|| super::round::run(db, batch_size, phase))
 }

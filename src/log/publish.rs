@@ -242,14 +242,11 @@ fn log_owner_and_table(sequence: pg_sys::Oid) -> (pg_sys::Oid, pg_sys::Oid) {
 
 /// Refuse data larger than `litebase_streams.max_event_size` (54000).
 fn check_size(data: pg_sys::Datum) {
-    let limit = gucs::MAX_EVENT_SIZE.get();
-    if limit <= 0 {
-        return;
-    }
+    let Some(limit) = gucs::max_event_size() else { return };
     // SAFETY: a jsonb datum; the size comes from its (possibly toasted) header.
     let size = unsafe { pg_sys::toast_raw_datum_size(data) };
-    if size > limit as usize {
-        StreamsError::EventTooLarge { size, limit: limit as usize }.raise();
+    if size > limit {
+        StreamsError::EventTooLarge { size, limit }.raise();
     }
 }
 
@@ -335,14 +332,14 @@ fn took(position: i64) -> i64 {
 /// worker runs or its rounds fail; a cancel ends the wait.
 fn wait_for_backlog() {
     use std::sync::atomic::Ordering;
-    let limit = gucs::MAX_BACKLOG.get();
-    let Some(entry) = WORKER_ENTRY.with(|w| w.get()).filter(|_| limit > 0) else { return };
+    let Some(limit) = gucs::max_backlog() else { return };
+    let Some(entry) = WORKER_ENTRY.with(|w| w.get()) else { return };
     // SAFETY: MyDatabaseId is set once at connection and only read here.
     let db = unsafe { pg_sys::MyDatabaseId };
     for _ in 0..1000 {
         let horizon = entry.horizon.load(Ordering::Relaxed);
         let newest = entry.newest.load(Ordering::Relaxed);
-        let within_limit = |upto: u64| upto.saturating_sub(horizon) <= limit as u64;
+        let within_limit = |upto: u64| upto.saturating_sub(horizon) <= limit;
         let retrying = entry.state.load(Ordering::Relaxed) == shmem::WorkerState::Retrying as u32;
         if within_limit(newest) || entry.worker_pid.load(Ordering::Acquire) == 0 || retrying {
             return; // within the limit, or no worker that waiting would help

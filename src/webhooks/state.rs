@@ -79,7 +79,7 @@ pub(super) fn record(client: &mut SpiClient<'_>, reports: Vec<Report>) -> SpiRes
              FROM streams.webhook_state w JOIN streams.subscription_state s ON s.id = w.subscription
              WHERE w.subscription = $1 FOR NO KEY UPDATE OF w, s SKIP LOCKED",
             None,
-            &[report.webhook.into(), f64::from(gucs::WEBHOOK_DISABLE_AFTER_S.get()).into()],
+            &[report.webhook.into(), gucs::webhook_disable_after().map_or(0.0, |d| d.as_secs_f64()).into()],
         )?;
         if state.is_empty() {
             let exists = client
@@ -116,11 +116,11 @@ pub(super) fn record(client: &mut SpiClient<'_>, reports: Vec<Report>) -> SpiRes
             continue;
         };
         let attempts = row.get::<i32>(1)?.unwrap_or(0).saturating_add(1);
-        let failing_too_long = gucs::WEBHOOK_DISABLE_AFTER_S.get() > 0 && row.get::<bool>(2)?.unwrap_or(false);
-        let max_attempts = gucs::WEBHOOK_MAX_ATTEMPTS.get();
+        let failing_too_long = gucs::webhook_disable_after().is_some() && row.get::<bool>(2)?.unwrap_or(false);
+        let max_attempts = gucs::webhook_max_attempts();
         let (disable, error) = if report.disable {
             (true, format!("disabled: {error}"))
-        } else if max_attempts > 0 && attempts >= max_attempts {
+        } else if max_attempts.is_some_and(|max| attempts >= max) {
             (true, format!("disabled after {attempts} failed attempts: {error}"))
         } else if failing_too_long {
             (true, format!("disabled after failing for litebase_streams.webhook_disable_after: {error}"))
@@ -156,8 +156,8 @@ pub(super) fn record(client: &mut SpiClient<'_>, reports: Vec<Report>) -> SpiRes
 /// random point between half and all of it (so that webhooks failing
 /// together do not retry together).
 fn retry_delay(attempts: i32) -> Duration {
-    let min = gucs::WEBHOOK_RETRY_MIN_MS.get().max(1) as u64;
-    let max = (gucs::WEBHOOK_RETRY_MAX_MS.get().max(1) as u64).max(min);
+    let (min, max) = gucs::webhook_retry_range();
+    let (min, max) = (min.as_millis() as u64, max.as_millis() as u64);
     let exponent = attempts.saturating_sub(1).clamp(0, 40) as u32;
     let full = min.saturating_mul(1u64 << exponent.min(40)).min(max);
     // SAFETY: the backend's global PRNG, used from the main thread only.

@@ -332,7 +332,7 @@ fn serve(entry: &'static DbEntry) {
 
 /// `litebase_streams.webhook_max_concurrency`: requests in flight at once.
 fn max_concurrency() -> usize {
-    gucs::WEBHOOK_MAX_CONCURRENCY.get().max(1) as usize
+    gucs::webhook_max_concurrency()
 }
 
 fn failed(webhook: &Webhook, after: i64, last: i64, error: String, disable: bool) -> Report {
