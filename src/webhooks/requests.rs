@@ -74,8 +74,8 @@ pub(super) fn next_request(
         let single = webhook.batch == 1;
         let mut body = Body::default();
         let (mut first, mut last) = (None, None);
-        let mut events = events_between(client, &selector, webhook.position, planned_last)?;
-        while let Some(row) = events.next() {
+        let events = events_between(client, &selector, webhook.position, planned_last)?;
+        for row in events {
             if last.is_some() && body.0.len() >= MAX_BODY_BYTES {
                 break; // the data printed larger than it is stored: the rest next time
             }

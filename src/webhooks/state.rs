@@ -82,14 +82,13 @@ pub(super) fn record(client: &mut SpiClient<'_>, reports: Vec<Report>) -> SpiRes
             &[report.webhook.into(), gucs::webhook_disable_after().map_or(0.0, |d| d.as_secs_f64()).into()],
         )?;
         if state.is_empty() {
-            let exists = client
+            let exists = !client
                 .select(
                     "SELECT FROM streams.webhook_state w WHERE w.subscription = $1",
                     None,
                     &[report.webhook.into()],
                 )?
-                .len()
-                > 0;
+                .is_empty();
             if exists {
                 unrecorded.push(report); // locked: later
             }
