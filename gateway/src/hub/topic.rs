@@ -287,7 +287,7 @@ impl Topic {
         *self.read_checked.lock().unwrap() = None;
         let covered = match hub.db.read_grants(Server::Primary, &self.role).await {
             Ok((all, grants)) => all || self.selector.covered_by(&grants),
-            Err(e) if e.status == axum::http::StatusCode::FORBIDDEN => false,
+            Err(ApiError::Forbidden(_)) => false,
             Err(_) => return, // the database is away: replays decide until a check succeeds
         };
         if covered {
@@ -361,7 +361,7 @@ impl Topic {
             {
                 Ok(page) => page,
                 Err(e) => {
-                    warn!(role = %self.role, pattern = %self.pattern, error = %e.error, "replay failed; retrying at the next tick");
+                    warn!(role = %self.role, pattern = %self.pattern, error = %e.message(), "replay failed; retrying at the next tick");
                     return sent;
                 }
             };
