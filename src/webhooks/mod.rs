@@ -16,7 +16,6 @@
 //! privilege to create one; a member of the owner manages it), then use the
 //! tables as the extension's owner.
 
-mod hosts;
 mod http;
 mod requests;
 mod state;
@@ -30,6 +29,7 @@ use pgrx::prelude::*;
 use crate::error::{OrRaise, StreamsError};
 use crate::subscriptions::{self, as_owner};
 use crate::{gucs, shmem};
+use litebase_streams_core::{hosts, signing};
 
 pub use worker::ensure_worker;
 
@@ -61,9 +61,11 @@ fn _create_webhook(
     }
     let url = checked_url(url);
     let secret = match secret {
-        Some(given) if http::signing_key(given).is_some_and(|key| (24..=64).contains(&key.len())) => given.to_owned(),
+        Some(given) if signing::signing_key(given).is_some_and(|key| (24..=64).contains(&key.len())) => {
+            given.to_owned()
+        }
         Some(_) => StreamsError::InvalidWebhookSecret.raise(),
-        None => http::encode_secret(&random_bytes::<SECRET_BYTES>()),
+        None => signing::encode_secret(&random_bytes::<SECRET_BYTES>()),
     };
     let start = after.unwrap_or_else(crate::subscriptions::wait::horizon_seen_by_transaction);
     let id = subscriptions::create(name, stream, start, true);

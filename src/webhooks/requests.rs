@@ -8,12 +8,13 @@ use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-use super::http::{self, Request};
+use super::http::Request;
 use super::state::{exec, persists_batches, Webhook, SENDING};
 use crate::error::SpiContext;
 use crate::log::{privileges, publish};
 use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
 use litebase_streams_core::payload::{write_full_payload, Event};
+use litebase_streams_core::signing::signing_key;
 
 /// About the most bytes one request body carries (one event always goes,
 /// whatever its size).
@@ -48,7 +49,7 @@ pub(super) fn next_request(
     let Ok(selector) = parse_stream_selector(&webhook.pattern) else {
         return Err((format!("its stream pattern \"{}\" is invalid", webhook.pattern), true));
     };
-    let Some(key) = http::signing_key(&webhook.secret) else {
+    let Some(key) = signing_key(&webhook.secret) else {
         return Err(("its secret is not whsec_ and base64".into(), true));
     };
     let log = publish::position_sequence();

@@ -48,7 +48,6 @@ use std::time::Duration;
 use pgrx::bgworkers::*;
 use pgrx::prelude::*;
 
-use super::hosts::Allowed;
 use super::http::Sender;
 use super::requests::{next_request, Next, MAX_BODY_BYTES, MAX_LARGE_BYTES_IN_FLIGHT};
 use super::state::{load, record, Report, Webhook};
@@ -57,6 +56,7 @@ use crate::error::SpiContext;
 use crate::gucs;
 use crate::shmem::{self, DbEntry};
 use litebase_streams_core::backoff::backoff;
+use litebase_streams_core::hosts::Allowed;
 
 const LIBRARY: &str = "litebase_streams";
 const WORKER_TYPE: &str = "litebase_streams webhooks";
