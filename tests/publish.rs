@@ -1,6 +1,7 @@
 //! Transactional publish: rollback publishes nothing, commit publishes, `tx`
 //! and `time` are the transaction's own, bad input gets a SQLSTATE and writes
 //! nothing, and stored events cannot be changed.
+#![cfg(feature = "integration")]
 
 mod common;
 

@@ -9,6 +9,7 @@
 //! The update chain is walked generically: every version newer than the
 //! installed one that `pg_available_extension_versions` lists, in semver
 //! order, ending at the control file's `default_version`.
+#![cfg(feature = "integration")]
 
 mod common;
 
