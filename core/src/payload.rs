@@ -131,6 +131,30 @@ fn write_head(out: &mut Vec<u8>, event: &Event<'_>) {
 /// and `,`, so it at most halves the text).
 pub const MAX_DATA_TEXT_BYTES: usize = 2 * MAX_PAYLOAD_BYTES;
 
+/// A notification payload as a client reads it: the fields
+/// [`encode_payload`] writes, `data` as the raw JSON text it carried.
+#[derive(Debug, serde::Deserialize)]
+pub struct Decoded<'a> {
+    pub position: i64,
+    #[serde(borrow)]
+    pub stream: &'a str,
+    pub time: &'a str,
+    pub tx: i64,
+    #[serde(default)]
+    pub prev: Option<i64>,
+    #[serde(default, borrow)]
+    pub data: Option<&'a serde_json::value::RawValue>,
+    #[serde(default)]
+    pub truncated: bool,
+    #[serde(default)]
+    pub private: bool,
+}
+
+/// Read a payload; `None` when it is not one (anyone may NOTIFY any channel).
+pub fn decode_payload(text: &str) -> Option<Decoded<'_>> {
+    serde_json::from_str(text).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,5 +250,26 @@ mod tests {
         let payload = encode_payload(&event(&fits));
         assert_eq!(payload.len(), MAX_PAYLOAD_BYTES);
         assert!(!payload.contains("truncated"));
+    }
+
+    #[test]
+    fn a_payload_decodes_to_what_was_encoded() {
+        let e = event(r#"{"amount": 49.00, "note": "a b"}"#);
+        let text = encode_payload(&e);
+        let d = decode_payload(&text).expect("a payload");
+        assert_eq!((d.position, d.stream, d.tx, d.prev), (e.position, e.stream, e.tx, Some(e.prev)));
+        assert_eq!(d.time, format_time(e.time_us));
+        assert_eq!(d.data.map(|raw| raw.get()), Some(r#"{"amount":49.00,"note":"a b"}"#));
+        assert!(!d.truncated && !d.private);
+        let private = Event { private: true, ..e.clone() };
+        let d = decode_payload_owned(&encode_payload(&private));
+        assert!(d.0 && d.1.is_none(), "private: no data");
+        assert!(decode_payload("not a payload").is_none());
+        assert!(decode_payload(r#"{"position": 1}"#).is_none(), "fields missing");
+    }
+
+    fn decode_payload_owned(text: &str) -> (bool, Option<String>) {
+        let d = decode_payload(text).expect("a payload");
+        (d.private, d.data.map(|raw| raw.get().to_owned()))
     }
 }
