@@ -49,10 +49,14 @@ pub extern "C-unwind" fn litebase_streams_worker_main(arg: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(db), None);
     wait_for_creator();
     if !in_transaction(extension_installed) {
-        return; // most databases, at server start
+        // Most databases, at server start; or a CREATE EXTENSION that
+        // claimed an entry rolled back.
+        shmem::release_if_unused(db);
+        return;
     }
     if in_transaction(crate::log::catalog::database_is_template) {
         log!("litebase_streams worker for database {}: a template database gets no worker", db.to_u32());
+        shmem::release_if_unused(db);
         return;
     }
     let Some(entry) = attach(db) else { return };
@@ -123,13 +127,17 @@ fn attach(db: pg_sys::Oid) -> Option<&'static DbEntry> {
     None
 }
 
+/// Set before the worker returns because the extension was dropped or the
+/// database became a template: it is not restarted, and its entry may go.
+static LEAVING_FOR_GOOD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// # Safety
 /// SAFETY: registered only by [`attach`], through before_shmem_exit, with `arg` a
 /// `&'static DbEntry` in shared memory; runs once, at process exit.
 #[pg_guard]
 unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
     let entry = &*(arg.cast_mut_ptr::<DbEntry>() as *const DbEntry);
-    shmem::detach(entry, Server::Worker, pg_sys::MyProcPid);
+    shmem::detach(entry, Server::Worker, pg_sys::MyProcPid, LEAVING_FOR_GOOD.load(Ordering::Acquire));
 }
 
 pub(crate) fn shutdown_requested() -> bool {
@@ -207,9 +215,11 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
         let mut wait = match round(db, entry, phase) {
             Ok(Round::ExtensionGone) => {
                 log!("litebase_streams worker for database {}: extension dropped, exiting", db.to_u32());
+                LEAVING_FOR_GOOD.store(true, Ordering::Release);
                 return;
             }
             Ok(Round::Template) => {
+                LEAVING_FOR_GOOD.store(true, Ordering::Release);
                 log!("litebase_streams worker for database {}: the database became a template, exiting", db.to_u32());
                 return;
             }
@@ -267,7 +277,10 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                         split = false;
                     }
                 }
-                Ok(Round::ExtensionGone | Round::Template) => return,
+                Ok(Round::ExtensionGone | Round::Template) => {
+                    LEAVING_FOR_GOOD.store(true, Ordering::Release);
+                    return;
+                }
                 Err(failure) => {
                     notify_failures += 1;
                     entry.notify_state.store(failure.notify_state() as u32, Ordering::Relaxed);

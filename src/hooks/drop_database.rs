@@ -139,8 +139,7 @@ fn running(db: pg_sys::Oid) -> bool {
 /// Make the worker of database `db` leave for good and wait until it has, so
 /// that DROP DATABASE does not find it connected.
 fn stop_for_drop(db: pg_sys::Oid) {
-    let Some(entry) = shmem::find_db(db) else { return };
-    entry.stop.store(true, Ordering::Release);
+    let Some(entry) = shmem::request_stop(db) else { return };
     entry.wake_webhook_worker();
     wait_for_exit(&entry.webhook_pid);
     entry.wake_worker();

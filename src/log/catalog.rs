@@ -103,3 +103,29 @@ pub(crate) fn database_is_template() -> bool {
         template
     }
 }
+
+/// Take, in this order, the locks a reader of `streams.events` takes:
+/// the view, the log, the horizon (ACCESS SHARE). Code that reads the log
+/// or the horizon directly calls this first, so that every reader takes
+/// them in one order, the one an `ALTER EXTENSION ... UPDATE` step takes
+/// them in too: it then waits behind the step instead of deadlocking with
+/// it (a poll reading the horizon, then the log; the webhook worker reading
+/// the log, then the view). Missing objects are skipped (0.1.0, a dropped
+/// extension: the statements that follow report it).
+pub(crate) fn lock_for_reading() {
+    // SAFETY: catalog lookups (missing_ok, static C strings) and relation
+    // locks inside the caller's transaction; pgrx's FFI guard turns an
+    // ERROR (a lock timeout, a cancel) into a Rust panic.
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), true);
+        if schema == pg_sys::InvalidOid {
+            return;
+        }
+        for name in [c"events", c"event_log", c"horizon_state"] {
+            let relation = pg_sys::get_relname_relid(name.as_ptr(), schema);
+            if relation != pg_sys::InvalidOid {
+                pg_sys::LockRelationOid(relation, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            }
+        }
+    }
+}

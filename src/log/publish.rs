@@ -304,7 +304,7 @@ fn next_position(sequence: pg_sys::Oid) -> i64 {
 /// on every sequence: an event there would appear below positions readers
 /// have passed.
 fn above_horizon(position: i64) -> i64 {
-    if let Some(entry) = WORKER_ENTRY.with(|w| w.get()) {
+    if let Some(entry) = cached_entry() {
         let horizon = entry.horizon.load(std::sync::atomic::Ordering::Acquire);
         if position as u64 <= horizon {
             StreamsError::PositionBelowHorizon { position, horizon }.raise();
@@ -313,9 +313,18 @@ fn above_horizon(position: i64) -> i64 {
     position
 }
 
+/// This database's entry as cached at the transaction's first publish,
+/// while it is still this database's (entries are freed after DROP
+/// EXTENSION and reused).
+fn cached_entry() -> Option<&'static DbEntry> {
+    // SAFETY: MyDatabaseId is set once at connection and only read here.
+    let db = unsafe { pg_sys::MyDatabaseId };
+    WORKER_ENTRY.with(|w| w.get()).filter(|entry| entry.is_for(db))
+}
+
 /// Note the newest position taken, for [`wait_for_backlog`].
 fn took(position: i64) -> i64 {
-    if let Some(entry) = WORKER_ENTRY.with(|w| w.get()) {
+    if let Some(entry) = cached_entry() {
         entry.newest.fetch_max(position as u64, std::sync::atomic::Ordering::Relaxed);
     }
     position
@@ -333,7 +342,7 @@ fn took(position: i64) -> i64 {
 fn wait_for_backlog() {
     use std::sync::atomic::Ordering;
     let Some(limit) = gucs::max_backlog() else { return };
-    let Some(entry) = WORKER_ENTRY.with(|w| w.get()) else { return };
+    let Some(entry) = cached_entry() else { return };
     // SAFETY: MyDatabaseId is set once at connection and only read here.
     let db = unsafe { pg_sys::MyDatabaseId };
     for _ in 0..1000 {
@@ -412,7 +421,9 @@ fn warn_without_worker(worker: Option<&'static DbEntry>) {
 fn finish() {
     if let Some(Publishing { slot, worker }) = PUBLISHING.with(|p| p.take()) {
         slot.release();
-        if let Some(worker) = worker {
+        // SAFETY: MyDatabaseId is set once at connection and only read here.
+        let db = unsafe { pg_sys::MyDatabaseId };
+        if let Some(worker) = worker.filter(|entry| entry.is_for(db)) {
             worker.wake_worker();
         }
     }

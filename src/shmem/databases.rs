@@ -49,6 +49,10 @@ pub struct DbEntry {
     pub webhooks_wanted: AtomicBool,
     /// pgprocno of that worker, -1 when none.
     pub(super) webhook_procno: AtomicI32,
+    /// The worker left for good (the extension was dropped, or the database
+    /// became a template): the entry is freed once the webhook worker has
+    /// left too. A worker that exits to be restarted keeps the entry.
+    retired: AtomicBool,
 }
 
 /// Whether notifications are going out. Visibility never depends on it: the
@@ -217,6 +221,7 @@ pub fn attach(db: pg_sys::Oid, server: Server, pid: i32, procno: i32) -> Attach 
         }
         procno_of.store(procno, Ordering::Release);
         if server == Server::Worker {
+            entry.retired.store(false, Ordering::Release);
             entry.needs_worker.store(false, Ordering::Release);
             entry.no_slot.store(false, Ordering::Release);
         }
@@ -224,13 +229,15 @@ pub fn attach(db: pg_sys::Oid, server: Server, pid: i32, procno: i32) -> Attach 
     })
 }
 
-/// The `server` process `pid` leaves `entry` (at its exit). The entry is
-/// freed for another database once nothing needs it: no worker of either
-/// kind, no publisher asking for one, no DROP DATABASE waiting (which frees
-/// it itself). So a database whose extension was dropped, or that became a
-/// template, gives its entry back; the next publish or CREATE EXTENSION
-/// claims one again.
-pub fn detach(entry: &DbEntry, server: Server, pid: i32) {
+/// The `server` process `pid` leaves `entry` (at its exit); `for_good`:
+/// the worker leaves because the extension was dropped or the database
+/// became a template (it is not restarted). The entry is freed for another
+/// database once the worker left for good, the webhook worker has left
+/// too, no publisher asks for a worker and no DROP DATABASE waits (which
+/// frees it itself). A worker that exits to be restarted (an error,
+/// `pg_terminate_backend`) keeps the entry, so publishers that cached it go
+/// on using the right one.
+pub fn detach(entry: &DbEntry, server: Server, pid: i32, for_good: bool) {
     with_db_lock(|_| {
         let (pid_of, procno_of) = match server {
             Server::Worker => (&entry.worker_pid, &entry.worker_procno),
@@ -241,17 +248,49 @@ pub fn detach(entry: &DbEntry, server: Server, pid: i32) {
         }
         procno_of.store(-1, Ordering::Release);
         pid_of.store(0, Ordering::Release);
-        let unused = entry.worker_pid.load(Ordering::Acquire) == 0
-            && entry.webhook_pid.load(Ordering::Acquire) == 0
-            && !entry.needs_worker.load(Ordering::Acquire)
-            && !entry.stop.load(Ordering::Acquire);
-        if unused {
+        if server == Server::Worker && for_good {
+            entry.retired.store(true, Ordering::Release);
+        }
+        if entry.retired.load(Ordering::Acquire) && entry.unused() {
             entry.forget();
         }
     })
 }
 
+/// Free database `db`'s entry if nothing uses it: its worker found no
+/// extension (a `CREATE EXTENSION` that claimed the entry rolled back) or a
+/// template, and so never attached.
+pub fn release_if_unused(db: pg_sys::Oid) {
+    with_db_lock(|entries| {
+        if let Some(entry) = entries.iter().find(|e| e.db.load(Ordering::Acquire) == db.to_u32()) {
+            if entry.unused() {
+                entry.forget();
+            }
+        }
+    })
+}
+
+/// Ask the workers of database `db` to leave for good (DROP DATABASE waits
+/// for them), in one step with finding its entry, so that the entry cannot
+/// be freed and given to another database in between. The entry, if any.
+pub fn request_stop(db: pg_sys::Oid) -> Option<&'static DbEntry> {
+    with_db_lock(|entries| {
+        let entry = entries.iter().find(|e| e.db.load(Ordering::Acquire) == db.to_u32())?;
+        entry.stop.store(true, Ordering::Release);
+        Some(entry)
+    })
+}
+
 impl DbEntry {
+    /// No worker of either kind, no publisher asking for one, no DROP
+    /// DATABASE waiting. Call under the lock.
+    fn unused(&self) -> bool {
+        self.worker_pid.load(Ordering::Acquire) == 0
+            && self.webhook_pid.load(Ordering::Acquire) == 0
+            && !self.needs_worker.load(Ordering::Acquire)
+            && !self.stop.load(Ordering::Acquire)
+    }
+
     /// Whether this entry is database `db`'s: entries are freed and reused,
     /// so a reference kept across transactions is checked first.
     pub fn is_for(&self, db: pg_sys::Oid) -> bool {
@@ -279,6 +318,7 @@ impl DbEntry {
         self.rounds.store(0, Ordering::Relaxed);
         self.state.store(WorkerState::Starting as u32, Ordering::Relaxed);
         self.webhooks_wanted.store(false, Ordering::Relaxed);
+        self.retired.store(false, Ordering::Relaxed);
         self.delivered.store(0, Ordering::Relaxed);
         self.notify_state.store(0, Ordering::Relaxed);
         self.needs_worker.store(false, Ordering::Relaxed);

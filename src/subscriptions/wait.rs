@@ -121,6 +121,9 @@ const STANDBY_RECHECK: Duration = Duration::from_millis(50);
 /// The horizon as the calling transaction's next statement will see it (under
 /// repeatable read, the transaction's snapshot), read as the caller.
 pub fn horizon_seen_by_transaction() -> i64 {
+    // The locks first (see lock_for_reading), then the snapshot, so that
+    // it sees whatever committed while they were waited for.
+    crate::log::catalog::lock_for_reading();
     // SAFETY: a plain call that returns a snapshot owned by the snapshot manager.
     let snapshot = unsafe { pg_sys::GetTransactionSnapshot() };
     // A read-only select (Spi::get_one would assign a transaction id: an
@@ -128,7 +131,7 @@ pub fn horizon_seen_by_transaction() -> i64 {
     with_active_snapshot(snapshot, || {
         Spi::connect(|client| {
             client
-                .select("SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)", Some(1), &[])?
+                .select("SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0)", Some(1), &[])?
                 .first()
                 .get_one::<i64>()
         })

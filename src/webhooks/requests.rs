@@ -62,6 +62,8 @@ pub(super) fn next_request(
             true,
         ));
     }
+    // It reads the log, then the view: the readers' lock order first.
+    crate::log::catalog::lock_for_reading();
     let read = Spi::connect_mut(|client| {
         let Some((planned_last, planned_bytes)) = plan_request(client, webhook, &selector, upto)? else {
             return Ok(Ok(Next::Nothing));

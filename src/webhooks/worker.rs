@@ -161,7 +161,7 @@ pub extern "C-unwind" fn litebase_streams_webhook_worker_main(arg: pg_sys::Datum
 #[pg_guard]
 unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
     let entry = &*(arg.cast_mut_ptr::<DbEntry>() as *const DbEntry);
-    shmem::detach(entry, shmem::Server::WebhookWorker, pg_sys::MyProcPid);
+    shmem::detach(entry, shmem::Server::WebhookWorker, pg_sys::MyProcPid, false);
     if let Some(slot) = shmem::my_consumer_slot() {
         slot.wait_in(0, 0);
     }
