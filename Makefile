@@ -29,7 +29,7 @@ SCRIPTS := $(CURDIR)/scripts
 # Prerequisites (setup -> install -> start) must run in order.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help setup install start stop restart status env psql pgbouncer pgbouncer-stop gateway demo test doctest bench clean-cluster
+.PHONY: help setup install start stop restart status env psql pgbouncer pgbouncer-stop gateway demo test lint doctest bench clean-cluster
 
 help:
 	@echo "litebase_streams: make targets"
@@ -48,6 +48,7 @@ help:
 	@echo "                 GATEWAY_DB (default postgres) on GATEWAY_LISTEN (default 127.0.0.1:8080); Ctrl-C stops it"
 	@echo "  demo           setup + install + start, then run scripts/demo.sh"
 	@echo "  test           setup + install + start, then pgrx tests, integration tests and the doc test"
+	@echo "  lint           cargo fmt --check, cargo clippy -D warnings (workspace, all targets), no import cycles"
 	@echo "  doctest        start if needed, then run every code block of README.md and docs/*.md (scripts/doctest.py)"
 	@echo "  bench          benchmarks side by side, report in docs/benchmarks.md (QUICK=1: smoke run, LARGE=1: + growth to 50M events)"
 	@echo "  clean-cluster  stop and delete the dev cluster"
@@ -56,6 +57,10 @@ help:
 	@echo "  PGPORT=$(PGPORT)"
 	@echo "  PGDATA_DIR=$(PGDATA_DIR)"
 	@echo "  PGHOST=$(PGHOST)"
+
+lint:
+	@echo "==> lint"
+	@bash $(SCRIPTS)/lint.sh
 
 setup:
 	@echo "==> setup"

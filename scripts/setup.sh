@@ -83,6 +83,14 @@ if ! command -v cargo >/dev/null 2>&1; then
     fi
 fi
 info "$(cargo --version)"
+# make lint needs clippy and rustfmt (rustup's default profile has them; a
+# minimal one does not).
+if ! cargo clippy --version >/dev/null 2>&1 || ! cargo fmt --version >/dev/null 2>&1; then
+    if command -v rustup >/dev/null 2>&1; then
+        say "adding clippy and rustfmt"
+        rustup component add clippy rustfmt || info "could not add clippy/rustfmt: make lint will fail"
+    fi
+fi
 
 # --- 3. cargo-pgrx -------------------------------------------------------------
 say "cargo-pgrx $PGRX_VERSION"

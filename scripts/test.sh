@@ -3,6 +3,8 @@
 # (each suite's `test result:` lines) and exit non-zero if anything failed.
 # Expects `make setup install start` to have run (the Makefile's `test` does).
 #
+#   lint: scripts/lint.sh           cargo fmt --check, clippy -D warnings, import cycles
+#   core: cargo test -p litebase-streams-core   the pure logic (core/), no server
 #   (a) cargo pgrx test pg15       #[test] + #[pg_test] in src/, in a throwaway
 #                                  cluster that pgrx creates (as `postgres` when root)
 #   (b) cargo test --test '*'      tests/*.rs against the dev cluster, with
@@ -70,6 +72,14 @@ clean_stale_pgrx_pgdata() {
         rm -rf -- "$d"
     done
 }
+
+# --- make lint first: formatting, clippy -D warnings, no import cycles ---------
+run_suite "lint (make lint: fmt, clippy -D warnings, import cycles)" lint \
+    bash "$REPO_ROOT/scripts/lint.sh"
+
+# --- the pure logic (core/): plain unit tests, no server ------------------------
+run_suite "core unit tests (cargo test -p litebase-streams-core)" core \
+    cargo test -p litebase-streams-core
 
 # --- (a) unit + #[pg_test] tests via cargo-pgrx ---------------------------------
 # Note: `cargo pgrx test` runs `cargo test` on all targets; tests/*.rs need the

@@ -169,6 +169,27 @@ COMMENT ON COLUMN streams.webhook_state.sending_upto IS
 -- 4. The horizon through its index (see streams.horizon_state in sql/streams.sql).
 ALTER TABLE streams.horizon_state DROP CONSTRAINT horizon_state_pkey;
 CREATE INDEX horizon_state_horizon ON streams.horizon_state (horizon);
+-- horizon_state keeps one row without a unique key (see the table): the
+-- worker inserts it at its first round, a restore brings it, and a second
+-- one is refused, serialised by a lock so that two inserting transactions
+-- cannot both miss the other's row.
+CREATE FUNCTION streams._one_horizon_row() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    LOCK TABLE streams.horizon_state IN SHARE ROW EXCLUSIVE MODE;
+    IF EXISTS (SELECT FROM streams.horizon_state) THEN
+        RAISE EXCEPTION 'streams.horizon_state already has its row'
+            USING ERRCODE = 'unique_violation',
+                  HINT = 'Restore a dump into a new database: this one''s log already has a horizon.';
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION streams._one_horizon_row() IS 'Trigger: refuses a second row of streams.horizon_state.';
+CREATE TRIGGER one_row BEFORE INSERT ON streams.horizon_state
+    FOR EACH ROW EXECUTE FUNCTION streams._one_horizon_row();
+ALTER TABLE streams.horizon_state ENABLE ALWAYS TRIGGER one_row;
+REVOKE EXECUTE ON FUNCTION streams._one_horizon_row() FROM PUBLIC;
 ALTER POLICY readable ON streams.event_log USING (
     (position > coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0)) IS NOT TRUE
     AND ((SELECT streams._reads_all()) OR streams._stream_matches(stream, (SELECT streams._read_patterns())))

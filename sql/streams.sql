@@ -161,6 +161,27 @@ CREATE TRIGGER commit_times_immutable BEFORE UPDATE OR DELETE OR TRUNCATE ON str
     FOR EACH STATEMENT EXECUTE FUNCTION streams._refuse_commit_time_change();
 ALTER TABLE streams.commit_times ENABLE ALWAYS TRIGGER commit_times_immutable;
 
+-- horizon_state keeps one row without a unique key (see the table): the
+-- worker inserts it at its first round, a restore brings it, and a second
+-- one is refused, serialised by a lock so that two inserting transactions
+-- cannot both miss the other's row.
+CREATE FUNCTION streams._one_horizon_row() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    LOCK TABLE streams.horizon_state IN SHARE ROW EXCLUSIVE MODE;
+    IF EXISTS (SELECT FROM streams.horizon_state) THEN
+        RAISE EXCEPTION 'streams.horizon_state already has its row'
+            USING ERRCODE = 'unique_violation',
+                  HINT = 'Restore a dump into a new database: this one''s log already has a horizon.';
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION streams._one_horizon_row() IS 'Trigger: refuses a second row of streams.horizon_state.';
+CREATE TRIGGER one_row BEFORE INSERT ON streams.horizon_state
+    FOR EACH ROW EXECUTE FUNCTION streams._one_horizon_row();
+ALTER TABLE streams.horizon_state ENABLE ALWAYS TRIGGER one_row;
+
 -------------------------------------------------------------------------------
 -- Privileges: who may read and publish which streams (see also "Granting")
 -------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::{function_name, PgLogLevel, PgSqlErrorCode};
 use std::fmt;
 
-use crate::notify::STREAM_NAME_RULE;
+use litebase_streams_core::names::{NameError, STREAM_NAME_RULE};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamsError {
@@ -17,8 +17,16 @@ pub enum StreamsError {
     InvalidStreamName { name: String, reason: &'static str },
     /// A NULL where a value is required; names the argument.
     NullArgument(&'static str),
-    /// An argument outside its allowed range; the message says which.
-    InvalidArgument(String),
+    /// A number argument below zero where it may not be.
+    NegativeArgument { argument: &'static str, value: i64 },
+    /// A number argument outside `min..=max`.
+    ArgumentOutOfRange { argument: &'static str, value: i64, min: i64, max: i64 },
+    /// An interval argument below zero.
+    NegativeInterval { argument: &'static str },
+    /// An interval argument too large to wait for.
+    IntervalOutOfRange { argument: &'static str },
+    /// PostgreSQL's strong random source failed (making a webhook secret).
+    NoRandomSource,
     /// The library was not loaded through `shared_preload_libraries`, or
     /// `track_commit_timestamp` is off.
     NotPreloaded { preloaded: bool, commit_timestamps: bool },
@@ -88,142 +96,76 @@ pub enum StreamsError {
     WebhookSubscription(String),
 }
 
-impl fmt::Display for StreamsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StreamsError::InvalidStreamName { name, reason } => {
-                write!(f, "invalid stream name \"{}\": {reason}; {STREAM_NAME_RULE}", name.escape_default())
-            }
-            StreamsError::NullArgument(arg) => write!(f, "{arg} must not be null"),
-            StreamsError::InvalidArgument(msg) => f.write_str(msg),
-            StreamsError::NotPreloaded { .. } => {
-                f.write_str("litebase_streams needs shared_preload_libraries and track_commit_timestamp")
-            }
-            StreamsError::NoPublisherSlot(procno) => {
-                write!(f, "backend slot {procno} is outside litebase_streams' shared slot table")
-            }
-            StreamsError::PreparedPublish => {
-                f.write_str("cannot PREPARE a transaction that published events with litebase_streams")
-            }
-            StreamsError::PermissionDenied { privilege, stream } => {
-                write!(f, "permission denied to {privilege} stream \"{stream}\"")
-            }
-            StreamsError::EventTooLarge { size, limit } => {
-                write!(f, "event data of {size} bytes exceeds litebase_streams.max_event_size ({limit} bytes)")
-            }
-            StreamsError::NotUtf8 => f.write_str("litebase_streams needs a database with UTF8 encoding"),
-            StreamsError::Spi { doing, .. } => write!(f, "litebase_streams: {doing} failed"),
-            StreamsError::MissingObject(name) => write!(f, "litebase_streams: {name} is missing"),
-            StreamsError::CorruptEvent { position, .. } => {
-                write!(f, "litebase_streams: the stored data of event {position} cannot be read")
-            }
-            StreamsError::InvalidSubscriptionName { name, reason } => {
-                write!(f, "invalid subscription name \"{}\": {reason}; {STREAM_NAME_RULE}", name.escape_default())
-            }
-            StreamsError::DuplicateSubscription(name) => write!(f, "subscription \"{name}\" already exists"),
-            StreamsError::UnknownSubscription(name) => write!(f, "subscription \"{name}\" does not exist"),
-            StreamsError::PositionBelowHorizon { position, horizon } => write!(
-                f,
-                "streams.position_seq handed out position {position}, at or below the horizon {horizon}"
-            ),
-            StreamsError::AmbiguousSubscription { name, .. } => write!(f, "subscription name \"{name}\" is ambiguous"),
-            StreamsError::NotSubscriptionOwner(name) => {
-                write!(f, "permission denied for subscription \"{name}\"")
-            }
-            StreamsError::SubscriptionNotReadable { subscription, stream } => write!(
-                f,
-                "permission denied to read stream \"{stream}\" of subscription \"{subscription}\""
-            ),
-            StreamsError::AckNotPolled { subscription, through, polled_through: None } => write!(
-                f,
-                "streams.ack: this transaction polled nothing from subscription \"{subscription}\" (through {through})"
-            ),
-            StreamsError::AckNotPolled { subscription, through, polled_through: Some(polled) } => write!(
-                f,
-                "streams.ack: position {through} is beyond what this transaction polled from subscription \"{subscription}\" (through {polled})"
-            ),
-            StreamsError::PollNeedsReadCommitted { long_poll: false } => {
-                f.write_str("streams.poll of an unordered subscription needs READ COMMITTED isolation")
-            }
-            StreamsError::PollNeedsReadCommitted { long_poll: true } => {
-                f.write_str("streams.poll with a wait needs READ COMMITTED isolation")
-            }
-            StreamsError::TooManyClaims { subscription, chunks } => write!(
-                f,
-                "streams.poll: this transaction holds claims on {chunks} chunks, the most one transaction may \
-                 (subscription \"{subscription}\")"
-            ),
-            StreamsError::WaitNeedsReadCommitted => f.write_str(
-                "streams.wait: this transaction's snapshot will never show that event; wait in READ COMMITTED",
-            ),
-            StreamsError::PreparedPoll => {
-                f.write_str("cannot PREPARE a transaction that holds claims or locks of a litebase_streams subscription")
-            }
-            StreamsError::HorizonStateChanged => f.write_str(
-                "litebase_streams: streams.horizon_state was written by another session during a delivery round",
-            ),
-            StreamsError::InvalidWebhookUrl { url, reason } => {
-                write!(f, "invalid webhook URL \"{}\": {reason}", url.escape_default())
-            }
-            StreamsError::InvalidWebhookSecret => {
-                f.write_str("invalid webhook secret: it must be whsec_ followed by the base64 of 24 to 64 bytes")
-            }
-            StreamsError::UnknownWebhook(name) => write!(f, "webhook \"{name}\" does not exist"),
-            StreamsError::WebhookSubscription(name) => write!(
-                f,
-                "subscription \"{name}\" belongs to a webhook; its events are delivered by the extension"
-            ),
-            StreamsError::CommitTimesLost { events, .. } => write!(
-                f,
-                "litebase_streams: the commit time of {events} event(s) was lost before it was recorded"
-            ),
-            StreamsError::OutOfMemory(what) => write!(f, "litebase_streams: out of memory for {what}"),
-        }
+/// What PostgreSQL reports for one error: errmsg (one line), errdetail
+/// (the specifics), errhint (what to do).
+struct Described {
+    sqlstate: PgSqlErrorCode,
+    message: String,
+    detail: Option<String>,
+    hint: Option<String>,
+}
+
+fn described(sqlstate: PgSqlErrorCode, message: impl Into<String>) -> Described {
+    Described { sqlstate, message: message.into(), detail: None, hint: None }
+}
+
+impl Described {
+    fn detail(mut self, detail: impl Into<String>) -> Described {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    fn hint(mut self, hint: impl Into<String>) -> Described {
+        self.hint = Some(hint.into());
+        self
     }
 }
 
-impl StreamsError {
-    pub fn sqlstate(&self) -> PgSqlErrorCode {
-        match self {
-            StreamsError::InvalidStreamName { .. } | StreamsError::InvalidArgument(_) => {
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
-            }
-            StreamsError::NullArgument(_) => PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
-            StreamsError::NotPreloaded { .. } => PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            StreamsError::NoPublisherSlot(_) | StreamsError::Spi { .. } => PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-            StreamsError::MissingObject(_) => PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-            StreamsError::CorruptEvent { .. } => PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-            StreamsError::HorizonStateChanged => PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
-            StreamsError::TooManyClaims { .. } => PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            StreamsError::InvalidSubscriptionName { .. } | StreamsError::AckNotPolled { .. } => {
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
-            }
-            StreamsError::DuplicateSubscription(_) => PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT,
-            StreamsError::UnknownSubscription(_) => PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-            StreamsError::AmbiguousSubscription { .. } => PgSqlErrorCode::ERRCODE_AMBIGUOUS_ALIAS,
-            StreamsError::PositionBelowHorizon { .. } => PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            StreamsError::NotSubscriptionOwner(_) | StreamsError::SubscriptionNotReadable { .. } => {
-                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE
-            }
-            StreamsError::PollNeedsReadCommitted { .. }
-            | StreamsError::PreparedPoll
-            | StreamsError::WaitNeedsReadCommitted => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            StreamsError::CommitTimesLost { .. } => PgSqlErrorCode::ERRCODE_WARNING,
-            StreamsError::OutOfMemory(_) => PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
-            StreamsError::PreparedPublish => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            StreamsError::PermissionDenied { .. } => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-            StreamsError::NotUtf8 => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            StreamsError::EventTooLarge { .. } => PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            StreamsError::InvalidWebhookUrl { .. } | StreamsError::InvalidWebhookSecret => {
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
-            }
-            StreamsError::UnknownWebhook(_) => PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-            StreamsError::WebhookSubscription(_) => PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
-        }
-    }
+/// The naming rule, as a hint.
+fn name_rule_hint() -> String {
+    let mut rule = STREAM_NAME_RULE.to_owned();
+    rule[..1].make_ascii_uppercase();
+    rule + "."
+}
 
-    fn hint(&self) -> Option<String> {
+/// A reason ("it is empty") as a sentence ("It is empty.").
+fn sentence(reason: &str) -> String {
+    let mut text = reason.to_owned();
+    text[..1].make_ascii_uppercase();
+    text + "."
+}
+
+impl StreamsError {
+    /// The one table: every variant's SQLSTATE, message, detail and hint.
+    fn describe(&self) -> Described {
+        use PgSqlErrorCode::*;
         match self {
+            StreamsError::InvalidStreamName { name, reason } => described(
+                ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("invalid stream name \"{}\"", name.escape_default()),
+            )
+            .detail(sentence(reason))
+            .hint(name_rule_hint()),
+            StreamsError::NullArgument(arg) => described(ERRCODE_NULL_VALUE_NOT_ALLOWED, format!("{arg} must not be null")),
+            StreamsError::NegativeArgument { argument, value } => {
+                described(ERRCODE_INVALID_PARAMETER_VALUE, format!("{argument} must not be negative"))
+                    .detail(format!("{argument} was {value}."))
+            }
+            StreamsError::ArgumentOutOfRange { argument, value, min, max } => {
+                described(ERRCODE_INVALID_PARAMETER_VALUE, format!("{argument} must be between {min} and {max}"))
+                    .detail(format!("{argument} was {value}."))
+            }
+            StreamsError::NegativeInterval { argument } => {
+                described(ERRCODE_INVALID_PARAMETER_VALUE, format!("{argument} must not be negative"))
+            }
+            StreamsError::IntervalOutOfRange { argument } => {
+                described(ERRCODE_INVALID_PARAMETER_VALUE, format!("{argument} is out of range"))
+            }
+            StreamsError::NoRandomSource => described(
+                ERRCODE_INVALID_PARAMETER_VALUE,
+                "no strong random source to make a webhook secret",
+            )
+            .hint("Pass a secret (secret => 'whsec_...')."),
             StreamsError::NotPreloaded { preloaded, commit_timestamps } => {
                 let mut missing = Vec::new();
                 if !preloaded {
@@ -232,109 +174,196 @@ impl StreamsError {
                 if !commit_timestamps {
                     missing.push("track_commit_timestamp = on");
                 }
-                Some(format!(
+                described(
+                    ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    "litebase_streams needs shared_preload_libraries and track_commit_timestamp",
+                )
+                .hint(format!(
                     "Add {} to postgresql.conf (keep any libraries already listed in \
                      shared_preload_libraries), then restart the server.",
                     missing.join(" and ")
                 ))
             }
-            StreamsError::PreparedPublish => Some(
-                "Publish from a transaction that commits directly; two-phase commit is not supported."
-                    .into(),
-            ),
-            StreamsError::NoPublisherSlot(_) => {
-                Some("Restart the server so the slot table is sized for max_connections.".into())
-            }
-            StreamsError::PermissionDenied { privilege, .. } => Some(format!(
-                "A superuser or the extension's owner grants it: SELECT streams.grant('{privilege}', '<stream or prefix.*>', '<role>');"
-            )),
-            StreamsError::NotUtf8 => Some(
-                "Event data and notifications are JSON text in UTF-8: create the database with ENCODING 'UTF8'.".into(),
-            ),
-            StreamsError::EventTooLarge { .. } => Some(
-                "Store large payloads elsewhere and publish a reference, or have a superuser raise the setting.".into(),
-            ),
-            StreamsError::MissingObject(_) => Some(
-                "Objects of the extension must not be dropped by hand: recreate them with \
-                 DROP EXTENSION litebase_streams and CREATE EXTENSION litebase_streams (this drops the log; dump it first)."
-                    .into(),
-            ),
-            StreamsError::CommitTimesLost { .. } => Some(
-                "Commit timestamps are kept until VACUUM FREEZE truncates them: keep the worker running \
-                 (see streams.status). After a restore, events committed just before the dump was taken lose theirs."
-                    .into(),
-            ),
-            StreamsError::NotSubscriptionOwner(_) => Some(
-                "Poll, ack, seek or drop it as the role that created it or a member of that role.".into(),
-            ),
-            StreamsError::PositionBelowHorizon { horizon, .. } => Some(format!(
+            StreamsError::NoPublisherSlot(procno) => described(
+                ERRCODE_INTERNAL_ERROR,
+                format!("backend slot {procno} is outside litebase_streams' shared slot table"),
+            )
+            .hint("Restart the server so the slot table is sized for max_connections."),
+            StreamsError::PreparedPublish => described(
+                ERRCODE_FEATURE_NOT_SUPPORTED,
+                "cannot PREPARE a transaction that published events with litebase_streams",
+            )
+            .hint("Publish from a transaction that commits directly; two-phase commit is not supported."),
+            StreamsError::PositionBelowHorizon { position, horizon } => described(
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!("streams.position_seq handed out position {position}, at or below the horizon {horizon}"),
+            )
+            .hint(format!(
                 "The sequence was moved back by hand; nothing was published. A superuser moves it forward: \
                  SELECT setval('streams.position_seq', GREATEST({horizon}, streams._newest_position()));"
             )),
-            StreamsError::AmbiguousSubscription { .. } => Some(
-                "Names are per owning role: SET ROLE to the owner whose subscription you mean, then call again."
-                    .into(),
+            StreamsError::PermissionDenied { privilege, stream } => described(
+                ERRCODE_INSUFFICIENT_PRIVILEGE,
+                format!("permission denied to {privilege} stream \"{stream}\""),
+            )
+            .hint(format!(
+                "A superuser or the extension's owner grants it: SELECT streams.grant('{privilege}', '<stream or prefix.*>', '<role>');"
+            )),
+            StreamsError::EventTooLarge { size, limit } => described(
+                ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!("event data of {size} bytes exceeds litebase_streams.max_event_size ({limit} bytes)"),
+            )
+            .hint("Store large payloads elsewhere and publish a reference, or have a superuser raise the setting."),
+            StreamsError::Spi { doing, error } => {
+                described(ERRCODE_INTERNAL_ERROR, format!("litebase_streams: {doing} failed")).detail(error.clone())
+            }
+            StreamsError::MissingObject(name) => {
+                described(ERRCODE_UNDEFINED_OBJECT, format!("litebase_streams: {name} is missing")).hint(
+                    "Objects of the extension must not be dropped by hand: recreate them with \
+                     DROP EXTENSION litebase_streams and CREATE EXTENSION litebase_streams (this drops the log; dump it first).",
+                )
+            }
+            StreamsError::CorruptEvent { position, error } => described(
+                ERRCODE_DATA_CORRUPTED,
+                format!("litebase_streams: the stored data of event {position} cannot be read"),
+            )
+            .detail(error.clone()),
+            StreamsError::CommitTimesLost { events, after, through } => described(
+                ERRCODE_WARNING,
+                format!("litebase_streams: the commit time of {events} event(s) was lost before it was recorded"),
+            )
+            .detail(format!(
+                "Their events, at positions after {after} through {through}, carry the time the worker recorded \
+                 them instead, an upper bound; streams.commit_times.inexact lists them."
+            ))
+            .hint(
+                "Commit timestamps are kept until VACUUM FREEZE truncates them: keep the worker running \
+                 (see streams.status). After a restore, events committed just before the dump was taken lose theirs.",
             ),
-            StreamsError::SubscriptionNotReadable { .. } => Some(
+            StreamsError::OutOfMemory(what) => {
+                described(ERRCODE_OUT_OF_MEMORY, format!("litebase_streams: out of memory for {what}"))
+            }
+            StreamsError::NotUtf8 => {
+                described(ERRCODE_FEATURE_NOT_SUPPORTED, "litebase_streams needs a database with UTF8 encoding").hint(
+                    "Event data and notifications are JSON text in UTF-8: create the database with ENCODING 'UTF8'.",
+                )
+            }
+            StreamsError::HorizonStateChanged => described(
+                ERRCODE_T_R_SERIALIZATION_FAILURE,
+                "litebase_streams: streams.horizon_state was written by another session during a delivery round",
+            )
+            .hint("Only the worker writes it, except a restore (pg_restore): the round is retried and reads it again."),
+            StreamsError::InvalidSubscriptionName { name, reason } => described(
+                ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("invalid subscription name \"{}\"", name.escape_default()),
+            )
+            .detail(sentence(reason))
+            .hint(format!("Subscription names follow the stream naming rule. {}", name_rule_hint())),
+            StreamsError::DuplicateSubscription(name) => {
+                described(ERRCODE_DUPLICATE_OBJECT, format!("subscription \"{name}\" already exists"))
+            }
+            StreamsError::UnknownSubscription(name) => {
+                described(ERRCODE_UNDEFINED_OBJECT, format!("subscription \"{name}\" does not exist"))
+            }
+            StreamsError::NotSubscriptionOwner(name) => {
+                described(ERRCODE_INSUFFICIENT_PRIVILEGE, format!("permission denied for subscription \"{name}\""))
+                    .hint("Poll, ack, seek or drop it as the role that created it or a member of that role.")
+            }
+            StreamsError::AmbiguousSubscription { name, owners } => {
+                described(ERRCODE_AMBIGUOUS_ALIAS, format!("subscription name \"{name}\" is ambiguous"))
+                    .detail(format!("Roles you belong to that own one: {}.", owners.join(", ")))
+                    .hint("Names are per owning role: SET ROLE to the owner whose subscription you mean, then call again.")
+            }
+            StreamsError::SubscriptionNotReadable { subscription, stream } => described(
+                ERRCODE_INSUFFICIENT_PRIVILEGE,
+                format!("permission denied to read stream \"{stream}\" of subscription \"{subscription}\""),
+            )
+            .hint(
                 "A superuser or the extension's owner grants it: SELECT streams.grant('read', '<pattern>', '<role>'); \
-                 the grant must cover the whole pattern."
-                    .into(),
+                 the grant must cover the whole pattern.",
             ),
-            StreamsError::AckNotPolled { .. } => Some(
-                "Ack, in the transaction that polled them, at most the last position streams.poll returned.".into(),
-            ),
-            StreamsError::PollNeedsReadCommitted { .. } => Some(
+            StreamsError::AckNotPolled { subscription, through, polled_through } => {
+                let message = match polled_through {
+                    None => format!(
+                        "streams.ack: this transaction polled nothing from subscription \"{subscription}\" (through {through})"
+                    ),
+                    Some(polled) => format!(
+                        "streams.ack: position {through} is beyond what this transaction polled from subscription \"{subscription}\" (through {polled})"
+                    ),
+                };
+                described(ERRCODE_INVALID_PARAMETER_VALUE, message)
+                    .hint("Ack, in the transaction that polled them, at most the last position streams.poll returned.")
+            }
+            StreamsError::PollNeedsReadCommitted { long_poll } => described(
+                ERRCODE_FEATURE_NOT_SUPPORTED,
+                if *long_poll {
+                    "streams.poll with a wait needs READ COMMITTED isolation"
+                } else {
+                    "streams.poll of an unordered subscription needs READ COMMITTED isolation"
+                },
+            )
+            .hint(
                 "Poll in a READ COMMITTED transaction (the default isolation level): a snapshot taken at the \
-                 transaction's start never shows later events, nor other consumers' acks."
-                    .into(),
+                 transaction's start never shows later events, nor other consumers' acks.",
             ),
-            StreamsError::TooManyClaims { .. } => Some(
-                "Ack what was polled and commit, then poll again: claims are locks, and the lock table is shared \
-                 by every session."
-                    .into(),
-            ),
-            StreamsError::PreparedPoll => Some(
+            StreamsError::PreparedPoll => described(
+                ERRCODE_FEATURE_NOT_SUPPORTED,
+                "cannot PREPARE a transaction that holds claims or locks of a litebase_streams subscription",
+            )
+            .hint(
                 "Poll, ack, seek and drop subscriptions in a transaction that commits directly; two-phase commit is \
-                 not supported."
-                    .into(),
+                 not supported.",
             ),
-            StreamsError::InvalidWebhookSecret => Some(
+            StreamsError::TooManyClaims { subscription, chunks } => described(
+                ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "streams.poll: this transaction holds claims on {chunks} chunks, the most one transaction may \
+                     (subscription \"{subscription}\")"
+                ),
+            )
+            .hint(
+                "Ack what was polled and commit, then poll again: claims are locks, and the lock table is shared \
+                 by every session.",
+            ),
+            StreamsError::WaitNeedsReadCommitted => described(
+                ERRCODE_FEATURE_NOT_SUPPORTED,
+                "streams.wait: this transaction's snapshot will never show that event; wait in READ COMMITTED",
+            ),
+            StreamsError::InvalidWebhookUrl { url, reason } => described(
+                ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("invalid webhook URL \"{}\"", url.escape_default()),
+            )
+            .detail(sentence(reason)),
+            StreamsError::InvalidWebhookSecret => described(
+                ERRCODE_INVALID_PARAMETER_VALUE,
+                "invalid webhook secret: it must be whsec_ followed by the base64 of 24 to 64 bytes",
+            )
+            .hint(
                 "Leave secret NULL and create_webhook makes one (32 random bytes), or pass a secret from another \
-                 Standard Webhooks sender."
-                    .into(),
+                 Standard Webhooks sender.",
             ),
-            StreamsError::WebhookSubscription(_) => Some(
-                "Use streams.pause_webhook, streams.resume_webhook or streams.drop_webhook; streams.seek moves it."
-                    .into(),
-            ),
-            StreamsError::HorizonStateChanged => Some(
-                "Only the worker writes it, except a restore (pg_restore): the round is retried and reads it again."
-                    .into(),
-            ),
-            _ => None,
+            StreamsError::UnknownWebhook(name) => {
+                described(ERRCODE_UNDEFINED_OBJECT, format!("webhook \"{name}\" does not exist"))
+            }
+            StreamsError::WebhookSubscription(name) => described(
+                ERRCODE_WRONG_OBJECT_TYPE,
+                format!("subscription \"{name}\" belongs to a webhook; its events are delivered by the extension"),
+            )
+            .hint("Use streams.pause_webhook, streams.resume_webhook or streams.drop_webhook; streams.seek moves it."),
         }
     }
 
-    fn detail(&self) -> Option<String> {
-        match self {
-            StreamsError::Spi { error, .. } | StreamsError::CorruptEvent { error, .. } => Some(error.clone()),
-            StreamsError::AmbiguousSubscription { owners, .. } => {
-                Some(format!("Roles you belong to that own one: {}.", owners.join(", ")))
-            }
-            StreamsError::CommitTimesLost { after, through, .. } => Some(format!(
-                "Their events, at positions after {after} through {through}, carry the time the worker recorded \
-                 them instead, an upper bound; streams.commit_times.inexact lists them."
-            )),
-            _ => None,
-        }
+    pub fn sqlstate(&self) -> PgSqlErrorCode {
+        self.describe().sqlstate
     }
 
     fn report(&self) -> ErrorReport {
-        let mut report = ErrorReport::new(self.sqlstate(), self.to_string(), function_name!());
-        if let Some(detail) = self.detail() {
+        let Described { sqlstate, message, detail, hint } = self.describe();
+        let mut report = ErrorReport::new(sqlstate, message, function_name!());
+        if let Some(detail) = detail {
             report = report.set_detail(detail);
         }
-        if let Some(hint) = self.hint() {
+        if let Some(hint) = hint {
             report = report.set_hint(hint);
         }
         report
@@ -352,13 +381,39 @@ impl StreamsError {
     }
 }
 
+impl fmt::Display for StreamsError {
+    /// The message (errmsg) alone.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.describe().message)
+    }
+}
+
+/// The one conversion of the extension's own SPI failures: what it was
+/// doing, raised as [`StreamsError::Spi`] (XX000) with SPI's answer as the
+/// detail.
+pub trait SpiContext<T> {
+    fn context(self, doing: &'static str) -> T;
+}
+
+impl<T, E: fmt::Display> SpiContext<T> for Result<T, E> {
+    fn context(self, doing: &'static str) -> T {
+        self.unwrap_or_else(|e| StreamsError::Spi { doing, error: e.to_string() }.raise())
+    }
+}
+
 /// `?`-friendly: unwrap a result or raise its error.
 pub trait OrRaise<T> {
     fn or_raise(self) -> T;
 }
 
-impl<T> OrRaise<T> for Result<T, StreamsError> {
+impl<T, E: Into<StreamsError>> OrRaise<T> for Result<T, E> {
     fn or_raise(self) -> T {
-        self.unwrap_or_else(|e| e.raise())
+        self.unwrap_or_else(|e| e.into().raise())
+    }
+}
+
+impl From<NameError> for StreamsError {
+    fn from(NameError { name, reason }: NameError) -> StreamsError {
+        StreamsError::InvalidStreamName { name, reason }
     }
 }

@@ -4,6 +4,8 @@
 //! are superuser-only (`PGC_SUSET`): a publisher cannot lift them with `SET`,
 //! while a superuser can still set them per database or role
 //! (`ALTER DATABASE app SET litebase_streams.hold_timeout = '30s'`).
+//!
+//! The settings are private: each is read through one typed getter below.
 
 use std::time::Duration;
 
@@ -14,18 +16,18 @@ use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 /// `litebase_streams.idle_poll`: how long a worker sleeps when nothing woke
 /// it, in milliseconds. Publishers wake the worker at every commit, so this is
 /// only a safety net (and how soon a dropped extension's worker leaves).
-pub static IDLE_POLL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
+static IDLE_POLL_MS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 
 /// `litebase_streams.batch_size`: the most events one delivery transaction
 /// notifies. Larger batches amortise the commit; smaller ones bound the size
 /// of one transaction's notification queue entries.
-pub static BATCH_SIZE: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+static BATCH_SIZE: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 
 /// `litebase_streams.hold_timeout`: the longest a publishing transaction may
 /// hold the horizon back, in milliseconds (0: no limit). The worker ends the
 /// session of a holder older than this. The value that counts is the
 /// database's (`ALTER DATABASE ... SET`) or the server's, never a session's.
-pub static HOLD_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
+static HOLD_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
 
 /// `litebase_streams.max_backlog`: how far (in positions) the worker may fall
 /// behind publishers (0: no limit). A transaction's first publish waits (up
@@ -35,41 +37,41 @@ pub static HOLD_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// of events staying invisible for longer and longer. Positions behind an
 /// open publishing transaction do not count. 2000 is about 100 ms of events
 /// at 20,000 events/s. Server-wide.
-pub static MAX_BACKLOG: GucSetting<i32> = GucSetting::<i32>::new(2000);
+static MAX_BACKLOG: GucSetting<i32> = GucSetting::<i32>::new(2000);
 
 /// `litebase_streams.max_event_size`: the largest `data` one event may carry,
 /// in bytes of its stored (uncompressed) jsonb form (0: no limit).
-pub static MAX_EVENT_SIZE: GucSetting<i32> = GucSetting::<i32>::new(0);
+static MAX_EVENT_SIZE: GucSetting<i32> = GucSetting::<i32>::new(0);
 
 /// `litebase_streams.webhook_allowed_hosts`: host names, IP addresses and
 /// CIDR ranges webhooks may reach besides public addresses (loopback,
 /// private and link-local addresses are refused unless listed here).
 /// Server-wide (postgresql.conf or ALTER SYSTEM): the webhook worker and
 /// `create_webhook` must see the same list, and only a superuser may widen it.
-pub static WEBHOOK_ALLOWED_HOSTS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c""));
+static WEBHOOK_ALLOWED_HOSTS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c""));
 
 /// `litebase_streams.webhook_timeout`: how long (ms) one webhook request
 /// may take, connecting included.
-pub static WEBHOOK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+static WEBHOOK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 
 /// `litebase_streams.webhook_retry_min` / `webhook_retry_max`: the backoff
 /// after a failed request starts at the first and doubles up to the
 /// second (ms), with jitter.
-pub static WEBHOOK_RETRY_MIN_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
-pub static WEBHOOK_RETRY_MAX_MS: GucSetting<i32> = GucSetting::<i32>::new(600_000);
+static WEBHOOK_RETRY_MIN_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
+static WEBHOOK_RETRY_MAX_MS: GucSetting<i32> = GucSetting::<i32>::new(600_000);
 
 /// `litebase_streams.webhook_max_concurrency`: webhook requests in flight
 /// at once, per database (each on a thread of the webhook worker). Due
 /// webhooks wait for a free one, served in turn.
-pub static WEBHOOK_MAX_CONCURRENCY: GucSetting<i32> = GucSetting::<i32>::new(64);
+static WEBHOOK_MAX_CONCURRENCY: GucSetting<i32> = GucSetting::<i32>::new(64);
 
 /// `litebase_streams.webhook_max_attempts`: failed attempts of one request
 /// after which the webhook is disabled (0: no limit).
-pub static WEBHOOK_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(0);
+static WEBHOOK_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(0);
 
 /// `litebase_streams.webhook_disable_after`: how long (s) a webhook may
 /// fail without a success before it is disabled (0: never).
-pub static WEBHOOK_DISABLE_AFTER_S: GucSetting<i32> = GucSetting::<i32>::new(3 * 86_400);
+static WEBHOOK_DISABLE_AFTER_S: GucSetting<i32> = GucSetting::<i32>::new(3 * 86_400);
 
 pub fn init() {
     GucRegistry::define_int_guc(
@@ -212,4 +214,45 @@ pub fn idle_poll() -> Duration {
 pub fn hold_timeout() -> Option<Duration> {
     let ms = HOLD_TIMEOUT_MS.get();
     (ms > 0).then(|| Duration::from_millis(ms as u64))
+}
+
+/// `batch_size`: the most events one delivery round notifies.
+pub fn batch_size() -> i64 {
+    i64::from(BATCH_SIZE.get().max(1))
+}
+
+/// `max_backlog` in positions, `None` when off.
+pub fn max_backlog() -> Option<u64> {
+    let limit = MAX_BACKLOG.get();
+    (limit > 0).then_some(limit as u64)
+}
+
+/// `max_event_size` in bytes, `None` when off.
+pub fn max_event_size() -> Option<usize> {
+    let limit = MAX_EVENT_SIZE.get();
+    (limit > 0).then_some(limit as usize)
+}
+
+/// `webhook_retry_min` and `webhook_retry_max`, the second at least the first.
+pub fn webhook_retry_range() -> (Duration, Duration) {
+    let min = WEBHOOK_RETRY_MIN_MS.get().max(1) as u64;
+    let max = (WEBHOOK_RETRY_MAX_MS.get().max(1) as u64).max(min);
+    (Duration::from_millis(min), Duration::from_millis(max))
+}
+
+/// `webhook_max_concurrency`: requests in flight at once, at least one.
+pub fn webhook_max_concurrency() -> usize {
+    WEBHOOK_MAX_CONCURRENCY.get().max(1) as usize
+}
+
+/// `webhook_max_attempts`, `None` when there is no limit.
+pub fn webhook_max_attempts() -> Option<i32> {
+    let limit = WEBHOOK_MAX_ATTEMPTS.get();
+    (limit > 0).then_some(limit)
+}
+
+/// `webhook_disable_after`, `None` when a failing webhook is never disabled.
+pub fn webhook_disable_after() -> Option<Duration> {
+    let seconds = WEBHOOK_DISABLE_AFTER_S.get();
+    (seconds > 0).then(|| Duration::from_secs(seconds as u64))
 }

@@ -1,17 +1,18 @@
 //! litebase_streams: real-time, append-only, replayable event streams inside
-//! PostgreSQL.
+//! PostgreSQL. The pure logic (stream names, payloads, the horizon arithmetic,
+//! retry schedules) lives in core/ (litebase-streams-core); this crate is
+//! what runs inside the server.
 //!
 //! * publish.rs: the publish path and its transaction callback;
-//! * horizon.rs: the no-missed-event invariant and the horizon arithmetic;
 //! * shmem.rs: the state publishers and workers share;
 //! * worker.rs, delivery.rs: the background workers and their delivery round;
-//! * notify.rs: stream names and notification payloads;
+//! * catalog.rs: lookups of the extension's own objects (schema version, the log, templates);
 //! * privileges.rs: per-stream publish checks, running as the log's owner;
 //! * kept_plan.rs: statements planned once per backend under a pinned search_path;
 //! * hold.rs: `litebase_streams.hold_timeout`;
 //! * replay.rs, status.rs: SQL helpers behind `streams.replay` and `streams.status`;
-//! * subscriptions/: durable consumers (`poll`, `ack`, `seek`) and their claims;
-//! * waiting.rs: sleeping until the horizon moves (`streams.wait`, long polls);
+//! * subscriptions/: durable consumers (`poll`, `ack`, `seek`), their claims, and
+//!   sleeping until the horizon moves (`wait.rs`: `streams.wait`, long polls);
 //! * webhooks/: events POSTed to HTTP endpoints, signed, by a worker of their own;
 //! * utility.rs: keeps DROP DATABASE working;
 //! * sql/: the tables, views and SQL functions users see (streams.sql, subscriptions.sql,
@@ -21,27 +22,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use pgrx::prelude::*;
 
-mod append;
-mod commit_times;
 mod delivery;
 mod error;
+mod ffi;
 mod gucs;
-mod hold;
-mod horizon;
-mod kept_plan;
-mod launcher;
-mod notify;
-mod pg_decls;
-mod privileges;
-mod publish;
-mod replay;
+mod hooks;
+mod log;
 mod shmem;
-mod status;
 mod subscriptions;
-mod utility;
-mod waiting;
 mod webhooks;
-mod worker;
 
 use error::{OrRaise, StreamsError};
 
@@ -53,14 +42,14 @@ extension_sql_file!(
     name = "streams_schema",
     requires = [
         _require_preload,
-        privileges::_acl_changed,
-        privileges::_stream_matches,
-        replay::_stream_exact,
-        replay::_stream_prefix_low,
-        replay::_stream_prefix_high,
-        replay::_replay_limit,
-        status::_worker_status,
-        status::worker_pid
+        log::privileges::_acl_changed,
+        log::privileges::_stream_matches,
+        log::replay::_stream_exact,
+        log::replay::_stream_prefix_low,
+        log::replay::_stream_prefix_high,
+        log::replay::_replay_limit,
+        delivery::status::_worker_status,
+        delivery::status::worker_pid
     ]
 );
 extension_sql_file!("../sql/subscriptions.sql", name = "subscriptions", requires = ["streams_schema"]);
@@ -87,10 +76,10 @@ pub extern "C-unwind" fn _PG_init() {
     // functions require: single-threaded, before any backend or worker is forked.
     unsafe {
         shmem::init();
-        publish::init();
-        utility::init();
+        log::publish::init();
+        hooks::drop_database::init();
     }
-    launcher::init();
+    delivery::launcher::init();
 }
 
 /// Everything the extension needs from the server's configuration.
@@ -128,7 +117,7 @@ fn _launch_worker() -> bool {
     shmem::claim_db(db);
     // This database exists: an earlier one dropped under its OID is history.
     shmem::forget_dropped(db);
-    let launched = launcher::launch(db, Some(xid.into_inner()));
+    let launched = delivery::launcher::launch(db, Some(xid.into_inner()));
     if !launched {
         shmem::wake_launcher();
         ereport!(

@@ -5,6 +5,7 @@
 //!
 //! A test binary of its own: the setting is server-wide, and other tests'
 //! publishers must not be slowed by it.
+#![cfg(feature = "integration")]
 
 mod common;
 

@@ -5,6 +5,7 @@
 //!
 //! Each test makes clusters of its own: they stop a worker with SIGSTOP and
 //! VACUUM FREEZE every database, which the shared test cluster must not see.
+#![cfg(feature = "integration")]
 
 mod common;
 

@@ -4,6 +4,7 @@
 //!
 //! Every test uses its own database (common::TestDb), so tests running in
 //! parallel never see each other's events.
+#![cfg(feature = "integration")]
 
 mod common;
 
@@ -13,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{admin, horizon, publish, wait_for_horizon, Listener, TestDb, PAYMENT};
+use common::{admin, horizon, json, publish, wait_for_horizon, Listener, TestDb, PAYMENT};
 use postgres::{Client, NoTls};
 use rand::Rng;
 use serde_json::Value;
@@ -134,10 +135,6 @@ fn get_event(client: &mut Client, position: i64) -> Stored {
     let position_found: Option<i64> = row.get(0);
     assert_eq!(position_found, Some(position), "streams.get({position}) returned no event");
     Stored { position, stream: row.get(1), tx: row.get(2), time: row.get(3), data: row.get(4) }
-}
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
 fn keys(value: &Value) -> BTreeSet<String> {

@@ -4,6 +4,7 @@
 //! another event. Publishers with `synchronous_commit = off` are where it
 //! used to break: the worker finalised their events before the WAL writer
 //! flushed their commits.
+#![cfg(feature = "integration")]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The extension installs, its worker runs, and a server that is not set up
 //! for it says exactly what to add to postgresql.conf.
+#![cfg(feature = "integration")]
 
 mod common;
 

@@ -5,6 +5,7 @@
 //! nbf, time claims that are huge or not integers, topics one role may hold
 //! and how soon they close, junk positions, JSON nested too deep, 405,
 //! /healthz, page bytes, publish bodies that trickle.
+#![cfg(feature = "integration")]
 
 mod common;
 
@@ -12,36 +13,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::gateway::{token, Gateway, Sse, SECRET};
-use common::{publish, wait_for_horizon, wait_until, TestDb, TestRole};
+use common::gateway::{set_receive_buffer, token, Gateway, Setup, Sse, SECRET};
+use common::{json, publish, wait_for_horizon, wait_until, TestDb, TestRole};
 use serde_json::Value;
-
-/// A database, the gateway's login role (NOINHERIT, member of `reader`), a
-/// role `reader` that may read and publish `pay.*`, and the gateway.
-struct Setup {
-    gateway: Gateway,
-    reader: TestRole,
-    login: TestRole,
-    db: TestDb,
-}
-
-impl Setup {
-    fn new(args: &[&str]) -> Setup {
-        let db = TestDb::new();
-        let login = TestRole::new(&db, "gw", "NOINHERIT");
-        let reader = TestRole::new(&db, "reader", "NOLOGIN");
-        db.connect()
-            .batch_execute(&format!(
-                "SELECT streams.grant('read', 'pay.*', '{r}'); SELECT streams.grant('publish', 'pay.*', '{r}');
-                 GRANT {r} TO {g};",
-                r = reader.name,
-                g = login.name
-            ))
-            .unwrap();
-        let gateway = Gateway::start(&db, &login.name, args);
-        Setup { gateway, reader, login, db }
-    }
-}
 
 fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
@@ -89,13 +63,9 @@ fn raw(port: u16, path: &str, headers: &[(&str, &str)]) -> String {
     read_until_closed(&mut stream, Duration::from_secs(20))
 }
 
-fn json(body: &str) -> Value {
-    serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {body:?}"))
-}
-
 #[test]
 fn unfinished_headers_and_idle_connections_are_closed_after_the_header_timeout() {
-    let s = Setup::new(&["--header-timeout-secs", "1"]);
+    let s = Setup::publishing(&["--header-timeout-secs", "1"]);
     let started = Instant::now();
     // Headers that never end.
     let mut slow = TcpStream::connect(("127.0.0.1", s.gateway.port)).unwrap();
@@ -116,7 +86,7 @@ fn unfinished_headers_and_idle_connections_are_closed_after_the_header_timeout()
 
 #[test]
 fn oversized_headers_are_refused() {
-    let s = Setup::new(&[]);
+    let s = Setup::publishing(&[]);
     let mut stream = TcpStream::connect(("127.0.0.1", s.gateway.port)).unwrap();
     stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ").unwrap();
     // 64 kB of one header, unfinished: refused long before the header timeout.
@@ -127,7 +97,7 @@ fn oversized_headers_are_refused() {
 
 #[test]
 fn tcp_connections_over_the_limit_get_503_and_are_closed() {
-    let s = Setup::new(&["--max-tcp-connections", "2", "--header-timeout-secs", "60"]);
+    let s = Setup::publishing(&["--max-tcp-connections", "2", "--header-timeout-secs", "60"]);
     // Two kept-alive connections, each answered once (the harness's own
     // probe connection may still hold a permit for a moment: retry).
     let mut held = Vec::new();
@@ -162,7 +132,7 @@ fn tcp_connections_over_the_limit_get_503_and_are_closed() {
 
 #[test]
 fn sse_refused_for_lack_of_room_is_told_to_retry() {
-    let s = Setup::new(&["--max-connections", "0"]);
+    let s = Setup::publishing(&["--max-connections", "0"]);
     let auth = format!("Bearer {}", token(&s.reader.name));
     let answer =
         raw(s.gateway.port, "/v1/streams/pay.*/events", &[("Authorization", &auth), ("Accept", "text/event-stream")]);
@@ -197,7 +167,7 @@ fn sse_during_a_database_outage_is_told_to_retry_and_json_gets_503() {
 
 #[test]
 fn tokens_for_none_reserved_names_or_the_gateways_own_role_are_refused() {
-    let s = Setup::new(&[]);
+    let s = Setup::publishing(&[]);
     let mut client = s.db.connect();
     let secret = publish(&mut client, "secret.one", r#"{"private": true}"#);
     wait_for_horizon(&mut client, secret);
@@ -221,7 +191,7 @@ fn tokens_for_none_reserved_names_or_the_gateways_own_role_are_refused() {
 
 #[test]
 fn a_token_not_valid_yet_gets_401() {
-    let s = Setup::new(&[]);
+    let s = Setup::publishing(&[]);
     let t = token_claims(serde_json::json!({"role": s.reader.name, "nbf": now() + 600, "exp": now() + 3600}));
     let auth = format!("Bearer {t}");
     let (status, body) = s.gateway.request(
@@ -236,7 +206,7 @@ fn a_token_not_valid_yet_gets_401() {
 
 #[test]
 fn an_sse_stream_and_a_websocket_end_when_their_token_expires() {
-    let s = Setup::new(&[]);
+    let s = Setup::publishing(&[]);
     // Expiring now: accepted within the 5 s leeway, so it ends 4 to 5 s
     // after it is made (`now` is in whole seconds). Each part makes its own
     // right before use, so a slow machine does not eat into the time left.
@@ -270,7 +240,7 @@ fn an_sse_stream_and_a_websocket_end_when_their_token_expires() {
 #[test]
 fn a_client_that_stops_reading_is_closed_after_the_write_timeout() {
     // A buffer large enough that only the write timeout can end it.
-    let s = Setup::new(&[
+    let s = Setup::publishing(&[
         "--write-timeout-secs",
         "1",
         "--client-buffer-bytes",
@@ -281,7 +251,7 @@ fn a_client_that_stops_reading_is_closed_after_the_write_timeout() {
     let mut client = s.db.connect();
     let big = format!(r#"{{"pad": "{}"}}"#, "x".repeat(200_000));
     let socket = TcpStream::connect(("127.0.0.1", s.gateway.port)).unwrap();
-    shrink_receive_buffer(&socket);
+    set_receive_buffer(&socket, 4096);
     let t = token(&s.reader.name);
     let sse = Sse::over(socket, "/v1/streams/pay.*/events", Some(&t), None).unwrap();
     assert_eq!(sse.status, 200);
@@ -301,26 +271,9 @@ fn a_client_that_stops_reading_is_closed_after_the_write_timeout() {
     drop(sse);
 }
 
-/// A small receive buffer (std has no setter), so the gateway's writes block soon.
-fn shrink_receive_buffer(socket: &TcpStream) {
-    use std::os::fd::AsRawFd;
-    let size: libc::c_int = 4096;
-    // SAFETY: the socket is open for the duration of the call and `size` outlives it.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            &size as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0);
-}
-
 #[test]
 fn junk_positions_deep_json_and_wrong_methods_get_json_errors() {
-    let s = Setup::new(&[]);
+    let s = Setup::publishing(&[]);
     let auth = format!("Bearer {}", token(&s.reader.name));
     let page = [("Authorization", auth.as_str()), ("Accept", "application/json")];
     for query in ["from_tx=1'or'1", "from_tx=-1", "from_tx=1.5", "from_tx=", "after=1x"] {
@@ -346,7 +299,7 @@ fn junk_positions_deep_json_and_wrong_methods_get_json_errors() {
 
 #[test]
 fn a_publish_body_that_trickles_gets_408_and_one_without_a_token_is_never_read() {
-    let s = Setup::new(&["--body-timeout-secs", "1"]);
+    let s = Setup::publishing(&["--body-timeout-secs", "1"]);
     let auth = format!("Bearer {}", token(&s.reader.name));
     let mut slow = TcpStream::connect(("127.0.0.1", s.gateway.port)).unwrap();
     let head = format!(
@@ -401,7 +354,7 @@ fn healthz_is_asked_at_most_once_a_second_and_shows_no_pid() {
 
 #[test]
 fn json_pages_are_cut_at_max_page_bytes() {
-    let s = Setup::new(&["--max-page-bytes", "250000"]);
+    let s = Setup::publishing(&["--max-page-bytes", "250000"]);
     let mut client = s.db.connect();
     let big = format!(r#"{{"pad": "{}"}}"#, "x".repeat(100_000));
     let positions: Vec<i64> = (0..6).map(|_| publish(&mut client, "pay.big", &big)).collect();
@@ -442,15 +395,8 @@ fn ws_subscribe(ws: &mut common::gateway::Ws, stream: &str) -> Result<(), Value>
 /// role still gets one while the gateway-wide cap has room.
 #[test]
 fn one_role_cannot_take_every_topic() {
-    let s = Setup::new(&["--max-topics", "8", "--max-topics-per-role", "2"]);
-    let other = TestRole::new(&s.db, "other", "NOLOGIN");
-    s.db.connect()
-        .batch_execute(&format!(
-            "SELECT streams.grant('read', 'pay.*', '{r}'); GRANT {r} TO {g};",
-            r = other.name,
-            g = s.login.name
-        ))
-        .unwrap();
+    let s = Setup::publishing(&["--max-topics", "8", "--max-topics-per-role", "2"]);
+    let other = s.role("other", "SELECT streams.grant('read', 'pay.*', '{r}');");
     let greedy = token(&s.reader.name);
     let held: Vec<Sse> = ["pay.a", "pay.b"]
         .iter()
@@ -487,7 +433,7 @@ fn one_role_cannot_take_every_topic() {
 #[test]
 fn a_topic_closes_soon_after_its_last_client_leaves() {
     // --max-topics 4: by default each role holds at most one topic.
-    let s = Setup::new(&["--max-topics", "4"]);
+    let s = Setup::publishing(&["--max-topics", "4"]);
     let t = token(&s.reader.name);
     let sse = s.gateway.sse("/v1/streams/pay.a/events", Some(&t), None);
     assert_eq!(sse.status, 200);
@@ -510,7 +456,7 @@ fn a_topic_closes_soon_after_its_last_client_leaves() {
 /// `nbf` hid a future one) gets 401, and the gateway goes on serving.
 #[test]
 fn tokens_with_huge_or_non_integer_times_get_401() {
-    let s = Setup::new(&[]);
+    let s = Setup::publishing(&[]);
     let role = s.reader.name.as_str();
     let later = now() + 3600;
     let bad = [

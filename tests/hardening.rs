@@ -4,6 +4,7 @@
 //! neither read secrets nor write the extension's internal tables or move
 //! its position sequence under readers; a template database keeps no worker
 //! connected; subscription and webhook names are per owning role.
+#![cfg(feature = "integration")]
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! first and then renames each file over the installed one, so the library
 //! a server has mapped (or maps while the install runs) is never written in
 //! place. Watched with inotify while the install places the staged build.
+#![cfg(feature = "integration")]
 
 mod common;
 

@@ -12,6 +12,7 @@
 //! releases them by position gets position order.
 //!
 //! A cluster of its own: logical decoding needs `wal_level = logical`.
+#![cfg(feature = "integration")]
 
 mod common;
 

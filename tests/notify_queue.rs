@@ -7,6 +7,7 @@
 //! The test writes the whole 8 GB queue (about a minute here). It has a test
 //! binary of its own so that no other test's listeners share the full queue,
 //! and it is skipped, visibly, where the disk has less than 20 GB free.
+#![cfg(feature = "integration")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! The no-missed-event guarantee: a reader that follows positions sees every
 //! committed event exactly once, in position order, whatever the interleaving
 //! of concurrent commits and rollbacks, under READ COMMITTED and REPEATABLE READ.
+#![cfg(feature = "integration")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Per-stream privileges: `streams.grant` / `streams.revoke` decide who reads
 //! and publishes which streams, everywhere (the view, replay, get, publish,
 //! publish_batch), and private streams keep their data out of NOTIFY.
+#![cfg(feature = "integration")]
 
 mod common;
 

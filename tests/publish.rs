@@ -1,6 +1,7 @@
 //! Transactional publish: rollback publishes nothing, commit publishes, `tx`
 //! and `time` are the transaction's own, bad input gets a SQLSTATE and writes
 //! nothing, and stored events cannot be changed.
+#![cfg(feature = "integration")]
 
 mod common;
 
@@ -156,9 +157,12 @@ fn bad_input_gets_a_sqlstate_and_writes_nothing() {
     }
     assert_eq!(count_stored(&mut c), before, "nothing was written");
 
+    // errmsg names the name, errdetail what is wrong with it, errhint the rule.
     let err = c.batch_execute("SELECT streams.publish('bad name', '{}')").unwrap_err();
-    let message = err.as_db_error().unwrap().message().to_owned();
-    assert!(message.contains("1 to 63 bytes") && message.contains("[A-Za-z0-9_.:-]"), "states the rule: {message}");
+    let db_err = err.as_db_error().unwrap();
+    assert_eq!(db_err.message(), "invalid stream name \"bad name\"");
+    assert!(db_err.detail().is_some_and(|d| d.contains("[A-Za-z0-9_.:-]")), "says what is wrong: {db_err:?}");
+    assert!(db_err.hint().is_some_and(|h| h.contains("1 to 63 bytes")), "states the rule: {db_err:?}");
 }
 
 #[test]

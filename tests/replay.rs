@@ -1,5 +1,6 @@
 //! Replay with plain SQL and `streams.replay`: every start mode, stream
 //! patterns, `max_events`, `get`, and index use.
+#![cfg(feature = "integration")]
 
 mod common;
 

@@ -1,13 +1,14 @@
 //! Tests that stop and start the shared dev cluster or change its settings.
 //! Cargo runs test binaries one at a time, but the tests of one binary in
 //! parallel: every test here holds SERVER, so two of them never overlap.
+#![cfg(feature = "integration")]
 
 mod common;
 
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{horizon, publish, wait_for_horizon, Listener, TestDb};
+use common::{horizon, json, publish, wait_for_horizon, Listener, TestDb};
 use postgres::Client;
 use serde_json::Value;
 
@@ -29,10 +30,6 @@ fn final_events(client: &mut Client) -> Vec<Row> {
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
         .collect()
-}
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
 #[test]

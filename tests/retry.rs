@@ -1,5 +1,6 @@
 //! A delivery round that fails is logged, rolled back and retried; publishers
 //! are not affected and nothing is lost or repeated.
+#![cfg(feature = "integration")]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The worker keeps events visible and correct whatever the database's and
 //! roles' settings, and the extension refuses what it cannot serve.
+#![cfg(feature = "integration")]
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! superuser through the extension, to forge what listeners trust, and to
 //! get around the limits that protect other sessions; each attempt fails.
 //! (Per-stream read and publish privileges: tests/privileges.rs.)
+#![cfg(feature = "integration")]
 
 mod common;
 

@@ -4,6 +4,7 @@
 //! events on the standby), and once promoted starts its worker and delivers.
 //!
 //! A test binary of its own: it copies the whole test cluster.
+#![cfg(feature = "integration")]
 
 mod common;
 

@@ -9,6 +9,7 @@
 //! The update chain is walked generically: every version newer than the
 //! installed one that `pg_available_extension_versions` lists, in semver
 //! order, ending at the control file's `default_version`.
+#![cfg(feature = "integration")]
 
 mod common;
 
@@ -671,13 +672,14 @@ fn library_serves_a_database_that_did_not_update() {
     assert_eq!(extversion(&mut updated.connect()), default_version(), "the other database updated");
 }
 
-/// The update under load (issue 22): publishers, a replay pager and a
-/// listener keep going through the whole chain from 0.1.0. Every step
+/// The update under load (issue 22): publishers, a replay pager, a
+/// listener and (from 0.2.0 on) a subscription consumer keep going through
+/// the whole chain from 0.1.0. Every step
 /// locks the log first, as they do, so they wait behind it; none fails
 /// (no deadlock, 40P01), every committed event is there afterwards in
 /// position order, and the worker never takes the update for a restore.
 #[test]
-fn update_under_publish_replay_and_listen_fails_no_one() {
+fn update_under_publish_replay_listen_and_consumers_fails_no_one() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
     let db = TestDb::without_extension();
@@ -745,7 +747,36 @@ fn update_under_publish_replay_and_listen_fails_no_one() {
         }));
     }
     wait_until("events flow at 0.1.0", WAIT, || received.lock().unwrap().len() >= 20);
-    let stepped = update_chain(&mut db.connect());
+    // The first step under load; then a subscription (0.2.0 has them) whose
+    // consumer polls and acks through the rest of the chain.
+    let mut admin_c = db.connect();
+    admin_c.batch_execute("SET lock_timeout = '30s'; ALTER EXTENSION litebase_streams UPDATE TO '0.2.0'").unwrap();
+    admin_c.batch_execute("SELECT streams.create_subscription('upgrade_consumer', 'orders', after => 0)").unwrap();
+    let consumed: Arc<Mutex<Vec<i64>>> = Arc::default();
+    {
+        let (config, stop, errors, consumed) = (db.config(), stop.clone(), errors.clone(), consumed.clone());
+        load.push(std::thread::spawn(move || {
+            let mut c = config.connect(postgres::NoTls).unwrap();
+            while !stop.load(Ordering::Acquire) {
+                let result = c.transaction().and_then(|mut tx| {
+                    let rows =
+                        tx.query("SELECT position FROM streams.poll('upgrade_consumer', 100, wait => '50ms')", &[])?;
+                    let positions: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                    if let Some(last) = positions.last() {
+                        tx.execute("SELECT streams.ack('upgrade_consumer', $1)", &[last])?;
+                    }
+                    tx.commit()?;
+                    Ok(positions)
+                });
+                match result {
+                    Ok(positions) => consumed.lock().unwrap().extend(positions),
+                    Err(e) => errors.lock().unwrap().push(format!("consumer: {e:?}")),
+                }
+            }
+        }));
+    }
+    wait_until("the consumer consumes at 0.2.0", WAIT, || consumed.lock().unwrap().len() >= 20);
+    let stepped = update_chain(&mut admin_c);
     let at_update = committed.lock().unwrap().len();
     wait_until("events flow after the update", WAIT, || committed.lock().unwrap().len() >= at_update + 20);
     stop.store(true, Ordering::Release);
@@ -767,6 +798,12 @@ fn update_under_publish_replay_and_listen_fails_no_one() {
     assert_eq!(stored, committed, "every committed event, once, in position order");
     let received = received.lock().unwrap().clone();
     assert!(received.windows(2).all(|w| w[0] < w[1]), "notifications in position order");
+    // The consumer got each event once, in order; it had no time to drain
+    // the last ones (the publishers ran until the end).
+    let consumed = consumed.lock().unwrap().clone();
+    assert!(consumed.windows(2).all(|w| w[0] < w[1]), "the consumer got each event once, in order");
+    assert!(consumed.iter().all(|p| stored.binary_search(p).is_ok()), "the consumer got stored events only");
+    assert_eq!(&stored[..consumed.len()], &consumed[..], "and none was skipped");
     let log = std::fs::read(&log_path).unwrap();
     let during = String::from_utf8_lossy(&log[log_before as usize..]);
     assert!(!during.contains("restored from another cluster"), "the worker took the update for a restore");

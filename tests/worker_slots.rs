@@ -4,6 +4,7 @@
 //! keeps trying: the database gets its worker as soon as a slot frees up.
 //!
 //! A test binary of its own: it takes every worker slot of the cluster.
+#![cfg(feature = "integration")]
 
 mod common;
 

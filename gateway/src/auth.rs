@@ -168,23 +168,27 @@ mod tests {
         let auth = Auth::new(Some("s3cret"), None, Some("gateway".into()));
         assert_eq!(auth.role(&headers(&mint("s3cret", "app", 60)), None).unwrap(), "app");
         assert_eq!(auth.role(&HeaderMap::new(), Some(&mint("s3cret", "web", 60))).unwrap(), "web");
-        assert_eq!(auth.role(&headers(&mint("other", "app", 60)), None).unwrap_err().status, 401);
-        assert_eq!(auth.role(&headers("garbage"), None).unwrap_err().status, 401);
-        assert_eq!(auth.role(&HeaderMap::new(), None).unwrap_err().status, 401);
+        assert_eq!(auth.role(&headers(&mint("other", "app", 60)), None).unwrap_err().status(), 401);
+        assert_eq!(auth.role(&headers("garbage"), None).unwrap_err().status(), 401);
+        assert_eq!(auth.role(&HeaderMap::new(), None).unwrap_err().status(), 401);
         let expired = {
             let claims = Claims { role: "app".into(), exp: Some(1), nbf: None, iat: None };
             jsonwebtoken::encode(&Header::default(), &claims, &EncodingKey::from_secret(b"s3cret")).unwrap()
         };
-        assert_eq!(auth.role(&headers(&expired), None).unwrap_err().status, 401);
+        assert_eq!(auth.role(&headers(&expired), None).unwrap_err().status(), 401);
         for reserved in ["none", "NONE", "None", "public", "session_user", "pg_read_all_data", "gateway"] {
-            assert_eq!(auth.role(&headers(&mint("s3cret", reserved, 60)), None).unwrap_err().status, 401, "{reserved}");
+            assert_eq!(
+                auth.role(&headers(&mint("s3cret", reserved, 60)), None).unwrap_err().status(),
+                401,
+                "{reserved}"
+            );
         }
         let not_yet = {
             let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
             let claims = serde_json::json!({"role": "app", "nbf": now + 600});
             jsonwebtoken::encode(&Header::default(), &claims, &EncodingKey::from_secret(b"s3cret")).unwrap()
         };
-        assert_eq!(auth.role(&headers(&not_yet), None).unwrap_err().status, 401);
+        assert_eq!(auth.role(&headers(&not_yet), None).unwrap_err().status(), 401);
         let id = auth.identity(&headers(&mint("s3cret", "app", 60)), None).unwrap();
         let left = id.expires.unwrap().duration_since(SystemTime::now()).unwrap().as_secs();
         assert!((60..=66).contains(&left), "{left}");
@@ -216,15 +220,15 @@ mod tests {
                 let mut claims = serde_json::json!({"role": "app", "exp": later});
                 claims[claim] = value.clone();
                 let refused = auth.role(&headers(&signed(claims)), None).unwrap_err();
-                assert_eq!(refused.status, 401, "{claim}: {value}");
-                assert!(refused.error.contains("seconds since 1970"), "{claim}: {value}: {}", refused.error);
+                assert_eq!(refused.status(), 401, "{claim}: {value}");
+                assert!(refused.message().contains("seconds since 1970"), "{claim}: {value}: {}", refused.message());
             }
         }
         // Integers are taken, and an integer nbf in the future is refused as before.
         let fine = signed(serde_json::json!({"role": "app", "exp": later, "nbf": now() - 10, "iat": now() - 10}));
         assert_eq!(auth.role(&headers(&fine), None).unwrap(), "app");
         let not_yet = signed(serde_json::json!({"role": "app", "nbf": 99_999_999_999u64}));
-        assert_eq!(auth.role(&headers(&not_yet), None).unwrap_err().status, 401);
+        assert_eq!(auth.role(&headers(&not_yet), None).unwrap_err().status(), 401);
     }
 
     #[test]
@@ -233,8 +237,8 @@ mod tests {
         for exp in [1u64 << 63, u64::MAX, u64::MAX - 2] {
             let refused = auth.identity(&headers(&signed(serde_json::json!({"role": "app", "exp": exp}))), None);
             let refused = refused.unwrap_err();
-            assert_eq!(refused.status, 401, "{exp}");
-            assert!(refused.error.contains("exp"), "{exp}: {}", refused.error);
+            assert_eq!(refused.status(), 401, "{exp}");
+            assert!(refused.message().contains("exp"), "{exp}: {}", refused.message());
         }
         // A thousand years is taken, and its stream's end stays within reach of tokio's clock.
         let far = signed(serde_json::json!({"role": "app", "exp": now() + 10 * NEVER.as_secs()}));
@@ -249,6 +253,6 @@ mod tests {
     fn anonymous_role_only_without_a_token() {
         let auth = Auth::new(Some("s3cret"), Some("anon".into()), None);
         assert_eq!(auth.role(&HeaderMap::new(), None).unwrap(), "anon");
-        assert_eq!(auth.role(&headers("garbage"), None).unwrap_err().status, 401);
+        assert_eq!(auth.role(&headers("garbage"), None).unwrap_err().status(), 401);
     }
 }

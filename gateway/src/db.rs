@@ -11,9 +11,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transaction};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{IsolationLevel, NoTls};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, INSUFFICIENT_PRIVILEGE, INVALID_PARAMETER};
 use crate::event::Event;
 use crate::metrics;
 use crate::pattern::Selector;
@@ -245,19 +246,13 @@ async fn begin<'a>(
     let tx = client.build_transaction().isolation_level(isolation).read_only(read_only).start().await?;
     let stmt = tx.prepare_cached("SELECT pg_catalog.set_config('role', $1, true)").await?;
     if let Err(e) = tx.execute(&stmt, &[&role]).await {
-        let mut err = ApiError::from_db(&e);
-        match err.sqlstate.as_deref() {
-            Some("22023") => {
-                err.status = axum::http::StatusCode::UNAUTHORIZED;
-                err.error = "the token's role does not exist".into();
+        return Err(match e.code().map(SqlState::code) {
+            Some(INVALID_PARAMETER) => ApiError::UnknownRole,
+            Some(INSUFFICIENT_PRIVILEGE) => {
+                ApiError::forbidden("the gateway's database role is not a member of the token's role")
             }
-            Some("42501") => {
-                err.status = axum::http::StatusCode::FORBIDDEN;
-                err.error = "the gateway's database role is not a member of the token's role".into();
-            }
-            _ => {}
-        }
-        return Err(err);
+            _ => ApiError::from_db(&e),
+        });
     }
     Ok(tx)
 }

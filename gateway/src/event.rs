@@ -8,8 +8,7 @@
 //! replay page or from a notification.
 
 use bytes::Bytes;
-use serde::Deserialize;
-use serde_json::value::RawValue;
+use litebase_streams_core::payload::Decoded;
 
 #[derive(Debug)]
 pub struct Event {
@@ -41,69 +40,36 @@ impl Event {
     }
 }
 
-/// A notification payload (src/notify.rs), as far as the gateway reads it.
-#[derive(Debug, Deserialize)]
-pub struct Payload<'a> {
-    pub position: i64,
-    #[serde(borrow)]
-    pub stream: &'a str,
-    pub time: &'a str,
-    pub tx: i64,
-    #[serde(default)]
-    pub prev: Option<i64>,
-    #[serde(default, borrow)]
-    pub data: Option<&'a RawValue>,
-    #[serde(default)]
-    pub truncated: bool,
-    #[serde(default)]
-    pub private: bool,
-}
-
-impl Payload<'_> {
-    /// The event, when the payload carries it whole (not private, not truncated).
-    pub fn event(&self) -> Option<Event> {
-        if self.private || self.truncated {
-            return None;
-        }
-        let data = self.data?;
-        Some(Event::new(self.position, self.stream.to_owned(), self.time, self.tx, data.get()))
+/// The event of a notification payload, when it carries it whole (not
+/// private, not truncated).
+pub fn event_of(payload: &Decoded<'_>) -> Option<Event> {
+    if payload.private || payload.truncated {
+        return None;
     }
+    let data = payload.data?;
+    Some(Event::new(payload.position, payload.stream.to_owned(), payload.time, payload.tx, data.get()))
 }
 
 /// Drop insignificant whitespace (jsonb's output puts a space after `:` and
-/// `,`), leaving string contents untouched: the worker's compaction.
+/// `,`), leaving string contents untouched: the worker's compaction, the
+/// same function.
 pub fn compact_json(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let (mut in_string, mut escaped) = (false, false);
-    for c in text.chars() {
-        if in_string {
-            out.push(c);
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
-                _ => {}
-            }
-        } else if c == '"' {
-            in_string = true;
-            out.push(c);
-        } else if !c.is_ascii_whitespace() {
-            out.push(c);
-        }
-    }
-    out
+    let mut out = Vec::with_capacity(text.len());
+    litebase_streams_core::payload::write_compact_json(&mut out, text).expect("writing into a Vec cannot fail");
+    String::from_utf8(out).expect("only ASCII whitespace between UTF-8 runs is dropped")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use litebase_streams_core::payload::decode_payload;
 
     #[test]
     fn replayed_and_notified_events_encode_alike() {
         let replayed =
             Event::new(7, "p.s".into(), "2026-11-30T00:00:00.000001Z", 812, r#"{"amount": 49.00, "s": "a, b"}"#);
         let payload = r#"{"position":7,"stream":"p.s","time":"2026-11-30T00:00:00.000001Z","tx":812,"prev":3,"data":{"amount":49.00,"s":"a, b"}}"#;
-        let notified = serde_json::from_str::<Payload>(payload).unwrap().event().unwrap();
+        let notified = event_of(&decode_payload(payload).unwrap()).unwrap();
         assert_eq!(replayed.json, notified.json);
         assert_eq!(
             replayed.json,
@@ -122,7 +88,7 @@ mod tests {
             r#"{"position":1,"stream":"s","time":"t","tx":1,"prev":0,"private":true}"#,
             r#"{"position":1,"stream":"s","time":"t","tx":1,"prev":0,"truncated":true}"#,
         ] {
-            assert!(serde_json::from_str::<Payload>(p).unwrap().event().is_none());
+            assert!(event_of(&decode_payload(p).unwrap()).is_none());
         }
     }
 }

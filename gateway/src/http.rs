@@ -14,9 +14,8 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde::Deserialize;
-use tokio::sync::Notify;
 
+use crate::app::{query, start_of, App, ConnGuard, ConnKill, EventsQuery};
 use crate::auth::Auth;
 use crate::db::{Server, Start};
 use crate::error::ApiError;
@@ -24,32 +23,8 @@ use crate::hub::Hub;
 use crate::subscription::{check_read, End, Subscription};
 use crate::{metrics, pattern, ws};
 
-pub struct App {
-    pub hub: Arc<Hub>,
-    pub auth: Auth,
-    connections: AtomicUsize,
-    /// The latest /healthz answer and when it was asked: at most one health
-    /// query a second, however many requests come (it needs no token).
-    health: tokio::sync::Mutex<Option<(Instant, Result<serde_json::Value, ApiError>)>>,
-}
-
 /// How long a /healthz answer is reused.
 const HEALTH_TTL: Duration = Duration::from_secs(1);
-
-/// The kill switch of the TCP connection a request came on (main.rs): the
-/// fan-out pulls it when the client falls behind its buffer, and the
-/// connection is closed whether or not the client reads.
-#[derive(Clone)]
-pub struct ConnKill(pub Arc<Notify>);
-
-#[derive(Debug, Default, Deserialize)]
-pub struct EventsQuery {
-    after: Option<String>,
-    since: Option<String>,
-    from_tx: Option<String>,
-    max_events: Option<String>,
-    pub access_token: Option<String>,
-}
 
 pub fn router(hub: Arc<Hub>, auth: Auth) -> Router {
     let max_body = hub.cfg.max_body_bytes;
@@ -60,8 +35,8 @@ pub fn router(hub: Arc<Hub>, auth: Auth) -> Router {
         .route("/v1/ws", get(ws::upgrade))
         .route("/healthz", get(healthz))
         .route("/metrics", get(render_metrics))
-        .fallback(|| async { ApiError::not_found() })
-        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(app);
     match cors {
@@ -88,64 +63,6 @@ fn cors(allow_origin: Option<&str>) -> Option<tower_http::cors::CorsLayer> {
             .allow_headers(Any)
             .expose_headers(Any),
     )
-}
-
-/// Counts an SSE or WebSocket connection while it lives.
-pub struct ConnGuard {
-    app: Arc<App>,
-    gauge: &'static ::metrics::Gauge,
-}
-
-impl ConnGuard {
-    pub fn new(app: &Arc<App>, websocket: bool) -> Result<ConnGuard, ApiError> {
-        if app.connections.fetch_add(1, Ordering::Relaxed) >= app.hub.cfg.max_connections {
-            app.connections.fetch_sub(1, Ordering::Relaxed);
-            return Err(ApiError::unavailable("too many connections (--max-connections)"));
-        }
-        let m = metrics::get();
-        let gauge = if websocket { &m.ws_connections } else { &m.sse_connections };
-        gauge.increment(1.0);
-        Ok(ConnGuard { app: app.clone(), gauge })
-    }
-}
-
-impl Drop for ConnGuard {
-    fn drop(&mut self) {
-        self.app.connections.fetch_sub(1, Ordering::Relaxed);
-        self.gauge.decrement(1.0);
-    }
-}
-
-fn query<T: Default>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
-    q.map(|Query(q)| q).map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))
-}
-
-/// Where to start: `Last-Event-ID` wins over `after`, `since` and `from_tx`
-/// (at most one of those); none is the beginning, as in replay.
-pub fn start_of(
-    last_event_id: Option<&str>,
-    after: Option<&str>,
-    since: Option<&str>,
-    from_tx: Option<&str>,
-) -> Result<Start, ApiError> {
-    let bad = |what: String| ApiError { sqlstate: Some("22023".into()), ..ApiError::bad_request(what) };
-    let position = |text: &str, what: &str| {
-        text.trim().parse::<i64>().map_err(|_| bad(format!("{what} must be a position (an integer), not {text:?}")))
-    };
-    if let Some(id) = last_event_id.filter(|id| !id.is_empty()) {
-        return position(id, "Last-Event-ID").map(Start::After);
-    }
-    match (after, since, from_tx) {
-        (None, None, None) => Ok(Start::After(0)),
-        (Some(a), None, None) => position(a, "after").map(Start::After),
-        (None, Some(s), None) => Ok(Start::Since(s.to_owned())),
-        // xid8's input takes "1'or'1" as 1: only digits reach it.
-        (None, None, Some(x)) => match x.trim().parse::<u64>() {
-            Ok(xid) => Ok(Start::FromTx(xid.to_string())),
-            Err(_) => Err(bad(format!("from_tx must be a transaction id (an unsigned integer), not {x:?}"))),
-        },
-        _ => Err(bad("give at most one of after, since and from_tx".into())),
-    }
 }
 
 async fn events(
@@ -175,7 +92,7 @@ async fn events(
         Ok((sub, guard)) => sse_body(sub, app.hub.cfg.heartbeat(), identity.deadline(), guard),
         // EventSource gives up for good on any status but 200: tell it to
         // come back instead (the database may be back by then).
-        Err(e) if e.status == StatusCode::SERVICE_UNAVAILABLE => try_again_later(&e),
+        Err(e @ ApiError::Unavailable { .. }) => try_again_later(&e),
         Err(e) => return Err(e),
     };
     Ok(Response::builder()
@@ -224,7 +141,7 @@ fn sse_body(sub: Subscription, heartbeat: Duration, expires: tokio::time::Instan
                 Ok((event, _)) => event.sse.clone(),
                 Err(End::Dropped) => return None,
                 Err(End::Error(e)) => {
-                    tracing::debug!(error = %e.error, "SSE subscription ended");
+                    tracing::debug!(error = %e.message(), "SSE subscription ended");
                     return None;
                 }
             },
@@ -252,16 +169,10 @@ async fn page(
         None => cfg.page_size,
         Some(text) => match text.parse::<i32>() {
             Ok(n) if (0..=cfg.max_page_size).contains(&n) => n,
-            _ => {
-                return Err(ApiError {
-                    sqlstate: Some("22023".into()),
-                    ..ApiError::bad_request(format!("max_events must be 0 to {}", cfg.max_page_size))
-                })
-            }
+            _ => return Err(ApiError::invalid_parameter(format!("max_events must be 0 to {}", cfg.max_page_size))),
         },
     };
-    let selector =
-        pattern::parse(pattern).map_err(|e| ApiError { sqlstate: Some("22023".into()), ..ApiError::bad_request(e) })?;
+    let selector = pattern::parse(pattern).map_err(ApiError::invalid_parameter)?;
     check_read(&app.hub, role, pattern, &selector).await?;
     // The database side stops reading near the byte limit (it may read a
     // little past it); the cut here keeps the body within --max-page-bytes
@@ -301,14 +212,11 @@ async fn publish(
     // The token first: a client without one never gets a body buffered.
     let role = app.auth.role(&headers, q.access_token.as_deref())?;
     let body = read_body(&app, body).await?;
-    pattern::validate_stream_name(&stream)
-        .map_err(|e| ApiError { sqlstate: Some("22023".into()), ..ApiError::bad_request(e) })?;
+    pattern::validate_stream_name(&stream).map_err(ApiError::invalid_parameter)?;
     let text = std::str::from_utf8(&body).map_err(|_| ApiError::bad_request("the body is not UTF-8"))?;
     if let Err(e) = serde_json::from_str::<&serde_json::value::RawValue>(text) {
-        return Err(ApiError {
-            sqlstate: Some("22P02".into()),
-            ..ApiError::bad_request(format!("the body is not JSON: {e}"))
-        });
+        let message = format!("the body is not JSON: {e}");
+        return Err(ApiError::BadRequest { message, sqlstate: Some("22P02".into()) });
     }
     let position = app.hub.db.publish(&role, &stream, text).await?;
     Ok((StatusCode::CREATED, Json(serde_json::json!({ "position": position }))))
@@ -320,17 +228,14 @@ async fn publish(
 async fn read_body(app: &App, body: Body) -> Result<Bytes, ApiError> {
     let cfg = &app.hub.cfg;
     match tokio::time::timeout(cfg.limits.body_timeout(), axum::body::to_bytes(body, cfg.max_body_bytes)).await {
-        Err(_) => Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time")),
+        Err(_) => Err(ApiError::BodyTimeout),
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(e)) => {
             let too_large = std::error::Error::source(&e)
                 .is_some_and(|s| s.downcast_ref::<http_body_util::LengthLimitError>().is_some())
                 || e.to_string().contains("length limit");
             if too_large {
-                Err(ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("the body is larger than {} bytes (--max-body-bytes)", cfg.max_body_bytes),
-                ))
+                Err(ApiError::TooLarge { limit: cfg.max_body_bytes })
             } else {
                 Err(ApiError::bad_request(format!("bad body: {e}")))
             }
@@ -373,3 +278,6 @@ async fn render_metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
     metrics::get().db_connections.set((app.hub.db.connections() + listening) as f64);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::render())
 }
+
+#[cfg(test)]
+mod tests;

@@ -32,7 +32,7 @@ use crate::config::Config;
 use crate::db::Db;
 use crate::error::ApiError;
 use crate::event::Event;
-use crate::listen::ListenRequest;
+use crate::listen::{ListenRequest, Note, Notifications};
 use crate::metrics;
 use crate::pattern::Selector;
 
@@ -114,13 +114,17 @@ impl Topics {
     }
 }
 
-pub struct Note {
-    pub pid: i32,
-    pub payload: String,
-}
-
 impl Hub {
     pub fn start(cfg: Config, db: Db) -> Arc<Hub> {
+        let (hub, requests) = Hub::new(cfg, db);
+        tokio::spawn(crate::listen::listener(hub.db.listen_config.clone(), hub.clone(), requests));
+        hub
+    }
+
+    /// A hub whose LISTEN connection is not started: `start` runs it on the
+    /// requests returned; tests keep the hub offline (its pools connect only
+    /// when a query asks them to).
+    pub fn new(cfg: Config, db: Db) -> (Arc<Hub>, mpsc::UnboundedReceiver<ListenRequest>) {
         let (listen, requests) = mpsc::unbounded_channel();
         let hub = Arc::new(Hub {
             cfg,
@@ -132,8 +136,7 @@ impl Hub {
             next_client: AtomicU64::new(1),
             last_role: Mutex::new(None),
         });
-        tokio::spawn(crate::listen::listener(hub.clone(), requests));
-        hub
+        (hub, requests)
     }
 
     /// A new client slot with its receiving end.
@@ -273,6 +276,20 @@ impl Slot {
     }
 }
 
+impl Notifications for Hub {
+    fn dispatch(&self, channel: &str, note: Note) {
+        Hub::dispatch(self, channel, note)
+    }
+
+    fn replay_all(&self) {
+        Hub::replay_all(self)
+    }
+
+    fn set_listening(&self, listening: bool) {
+        self.listening.store(listening, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -293,8 +310,7 @@ mod tests {
 
     #[test]
     fn a_role_at_its_cap_is_refused_and_others_are_not() {
-        static METRICS: std::sync::Once = std::sync::Once::new();
-        METRICS.call_once(metrics::install);
+        metrics::install();
         let cfg = config(&["--max-topics", "4", "--max-topics-per-role", "2"]);
         let mut topics = Topics::default();
         let open = |topics: &mut Topics, role: &str, pattern: &str| -> Result<Arc<Topic>, ApiError> {
@@ -308,8 +324,8 @@ mod tests {
         let first = open(&mut topics, "greedy", "pay.a").unwrap();
         open(&mut topics, "greedy", "pay.b").unwrap();
         let refused = open(&mut topics, "greedy", "pay.c").err().expect("a third topic of greedy is refused");
-        assert_eq!(refused.status, 503);
-        assert!(refused.error.contains("--max-topics-per-role"), "{}", refused.error);
+        assert_eq!(refused.status(), 503);
+        assert!(refused.message().contains("--max-topics-per-role"), "{}", refused.message());
         open(&mut topics, "other", "pay.c").unwrap();
         // A closed topic makes room for its role again.
         topics.remove(&first);
@@ -317,6 +333,6 @@ mod tests {
         // The gateway-wide cap still holds, and says so.
         open(&mut topics, "third", "pay.a").unwrap();
         let refused = open(&mut topics, "fourth", "pay.a").err().expect("a fifth topic is refused");
-        assert!(refused.error.contains("(--max-topics)"), "{}", refused.error);
+        assert!(refused.message().contains("(--max-topics)"), "{}", refused.message());
     }
 }

@@ -10,7 +10,6 @@
 //! the order they were sent, so a release never overtakes its acquire.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,8 +18,23 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::{AsyncMessage, NoTls};
 use tracing::{info, warn};
 
-use crate::hub::{Hub, Note};
 use crate::metrics;
+
+/// One notification: the sending process and its payload.
+pub struct Note {
+    pub pid: i32,
+    pub payload: String,
+}
+
+/// Where the listener hands what it receives (the hub).
+pub trait Notifications: Send + Sync + 'static {
+    /// A notification arrived on `channel`.
+    fn dispatch(&self, channel: &str, note: Note);
+    /// The connection was lost and is back: notifications may be missing.
+    fn replay_all(&self);
+    /// Whether the connection is up and listening (for /healthz).
+    fn set_listening(&self, listening: bool);
+}
 
 pub enum ListenRequest {
     /// Take a reference on a channel (LISTEN on it if it is the first); `done` once it is listened to.
@@ -34,14 +48,18 @@ fn quote_ident(name: &str) -> String {
 }
 
 /// Runs for the gateway's lifetime.
-pub async fn listener(hub: Arc<Hub>, mut requests: mpsc::UnboundedReceiver<ListenRequest>) {
+pub async fn listener<H: Notifications>(
+    config: tokio_postgres::Config,
+    hub: Arc<H>,
+    mut requests: mpsc::UnboundedReceiver<ListenRequest>,
+) {
     // Channel -> the topics that hold it.
     let mut channels: HashMap<String, usize> = HashMap::new();
     let mut waiting: VecDeque<ListenRequest> = VecDeque::new();
     let mut backoff = Duration::from_millis(100);
     let mut connected_before = false;
     loop {
-        let (client, mut connection) = match hub.db.listen_config.connect(NoTls).await {
+        let (client, mut connection) = match config.connect(NoTls).await {
             Ok(pair) => pair,
             Err(e) => {
                 warn!(error = %e, "LISTEN connection failed; retrying in {backoff:?}");
@@ -88,7 +106,7 @@ pub async fn listener(hub: Arc<Hub>, mut requests: mpsc::UnboundedReceiver<Liste
         }
         if ok {
             backoff = Duration::from_millis(100);
-            hub.listening.store(true, Ordering::Relaxed);
+            hub.set_listening(true);
             if connected_before {
                 metrics::get().listen_reconnects.increment(1);
                 info!(channels = channels.len(), "LISTEN connection re-established; every topic replays");
@@ -132,7 +150,7 @@ pub async fn listener(hub: Arc<Hub>, mut requests: mpsc::UnboundedReceiver<Liste
                 }
             }
         }
-        hub.listening.store(false, Ordering::Relaxed);
+        hub.set_listening(false);
         driver.abort();
         tokio::time::sleep(backoff).await;
     }

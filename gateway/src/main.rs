@@ -10,6 +10,7 @@
 //! pattern.rs (stream names and patterns), metrics.rs (Prometheus),
 //! limits.rs (what one TCP connection may hold, and for how long).
 
+mod app;
 mod auth;
 mod config;
 mod db;
@@ -120,7 +121,7 @@ async fn serve(cfg: config::Config) -> Result<(), String> {
             // The connection's kill switch: pulled when its client falls
             // behind, it drops the connection even while writes are blocked.
             let kill = Arc::new(Notify::new());
-            let conn_kill = http::ConnKill(kill.clone());
+            let conn_kill = app::ConnKill(kill.clone());
             let service = app.map_request(move |mut request: axum::extract::Request<hyper::body::Incoming>| {
                 request.extensions_mut().insert(conn_kill.clone());
                 request

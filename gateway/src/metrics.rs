@@ -29,7 +29,13 @@ pub struct Metrics {
 static METRICS: OnceLock<Metrics> = OnceLock::new();
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
+/// Install the recorder (once per process: later calls, as from tests, do nothing).
 pub fn install() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(install_recorder);
+}
+
+fn install_recorder() {
     let handle = PrometheusBuilder::new()
         .set_buckets(&[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])
         .expect("static buckets")

@@ -1,11 +1,11 @@
-//! Stream names and patterns, as the extension defines them (src/notify.rs):
+//! Stream names and patterns, by the extension's rule (litebase-streams-core):
 //! a name is 1 to 63 bytes of `[A-Za-z0-9_.:-]` starting with a letter, digit
 //! or `_`; a pattern is a name, `prefix*` or `*`. The gateway checks them
 //! before it takes a LISTEN channel or a topic for one (the database checks
 //! them again: 22023), and decides here whether a role's read grants cover a
 //! pattern, with the rule subscriptions use.
 
-pub const MAX_STREAM_NAME_BYTES: usize = 63;
+use litebase_streams_core::names::{self, NameError, StreamSelector};
 
 /// What a pattern selects.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -15,43 +15,20 @@ pub enum Selector {
     All,
 }
 
-fn is_name_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-')
-}
-
 /// Check a stream name against the naming rule; the error says what is wrong.
 pub fn validate_stream_name(name: &str) -> Result<(), String> {
-    let bytes = name.as_bytes();
-    match bytes.first() {
-        None => return Err("a stream name must not be empty".into()),
-        Some(&b) if !(b.is_ascii_alphanumeric() || b == b'_') => {
-            return Err(format!("invalid stream name {name:?}: it must start with a letter, digit or '_'"))
-        }
-        _ => {}
-    }
-    if bytes.len() > MAX_STREAM_NAME_BYTES {
-        return Err(format!("invalid stream name {name:?}: it is longer than 63 bytes"));
-    }
-    if !bytes.iter().all(|&b| is_name_byte(b)) {
-        return Err(format!("invalid stream name {name:?}: it contains a character outside [A-Za-z0-9_.:-]"));
-    }
-    Ok(())
+    names::validate_stream_name(name)
+        .map_err(|NameError { name, reason }| format!("invalid stream name {name:?}: {reason}"))
 }
 
 /// Parse `name`, `prefix*` or `*`.
 pub fn parse(pattern: &str) -> Result<Selector, String> {
-    let Some(prefix) = pattern.strip_suffix('*') else {
-        validate_stream_name(pattern)?;
-        return Ok(Selector::Exact(pattern.to_owned()));
-    };
-    if prefix.is_empty() {
-        return Ok(Selector::All);
+    match names::parse_stream_selector(pattern) {
+        Ok(StreamSelector::Exact(name)) => Ok(Selector::Exact(name)),
+        Ok(StreamSelector::Prefix { prefix, .. }) => Ok(Selector::Prefix(prefix)),
+        Ok(StreamSelector::All) => Ok(Selector::All),
+        Err(NameError { reason, .. }) => Err(format!("invalid stream pattern {pattern:?}: {reason}")),
     }
-    if prefix.contains('*') {
-        return Err(format!("invalid stream pattern {pattern:?}: '*' may appear only once, at the end"));
-    }
-    validate_stream_name(prefix).map_err(|e| format!("invalid stream pattern {pattern:?}: {e}"))?;
-    Ok(Selector::Prefix(prefix.to_owned()))
 }
 
 impl Selector {

@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::StatusCode;
 use tokio::sync::{mpsc, Notify};
 
 use crate::db::{Server, Start};
@@ -53,8 +52,7 @@ impl Subscription {
         start: Start,
         kill: Arc<Notify>,
     ) -> Result<Subscription, ApiError> {
-        let selector = pattern::parse(pattern)
-            .map_err(|e| ApiError { sqlstate: Some("22023".into()), ..ApiError::bad_request(e) })?;
+        let selector = pattern::parse(pattern).map_err(ApiError::invalid_parameter)?;
         check_read(hub, role, pattern, &selector).await?;
         let (slot, rx) = hub.slot(kill);
         let (topic, tail) = hub.register(role, pattern, &selector, slot.clone()).await?;
@@ -91,7 +89,7 @@ impl Subscription {
             if !self.caught_up {
                 match self.catch_up_page().await {
                     Ok(()) => continue,
-                    Err(e) if e.status == StatusCode::SERVICE_UNAVAILABLE => {
+                    Err(ApiError::Unavailable { .. }) => {
                         // The database is away: the client stays, and catches up when it is back.
                         tokio::time::sleep(Duration::from_millis(500)).await;
                         continue;

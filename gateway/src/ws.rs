@@ -26,9 +26,9 @@ use serde::Deserialize;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
+use crate::app::{query, start_of, App, ConnGuard, EventsQuery};
 use crate::auth::Identity;
 use crate::error::ApiError;
-use crate::http::{start_of, App, ConnGuard, EventsQuery};
 use crate::subscription::{End, Subscription};
 
 /// Close code for a client that fell behind (4000-4999 are the application's).
@@ -56,7 +56,7 @@ pub async fn upgrade(
     q: Result<Query<EventsQuery>, QueryRejection>,
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
-    let q = q.map(|Query(q)| q).map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))?;
+    let q = query(q)?;
     let identity = app.auth.identity(&headers, q.access_token.as_deref())?;
     let guard = ConnGuard::new(&app, true)?;
     let max = app.hub.cfg.max_ws_message_bytes;
@@ -69,7 +69,7 @@ fn text(value: serde_json::Value) -> Message {
 
 fn error(stream: Option<&str>, e: &ApiError) -> Message {
     text(serde_json::json!({
-        "type": "error", "stream": stream, "status": e.status.as_u16(), "error": e.error, "sqlstate": e.sqlstate,
+        "type": "error", "stream": stream, "status": e.status().as_u16(), "error": e.message(), "sqlstate": e.sqlstate(),
     }))
 }
 
@@ -201,7 +201,7 @@ fn handle(
                 });
             }
             None => {
-                let _ = out.try_send(error(Some(&stream), &ApiError::not_found_sub()));
+                let _ = out.try_send(error(Some(&stream), &ApiError::NotSubscribed));
             }
         },
         other => {

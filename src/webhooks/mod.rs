@@ -16,8 +16,9 @@
 //! privilege to create one; a member of the owner manages it), then use the
 //! tables as the extension's owner.
 
-mod hosts;
 mod http;
+mod requests;
+mod state;
 mod worker;
 
 use std::cell::Cell;
@@ -28,6 +29,7 @@ use pgrx::prelude::*;
 use crate::error::{OrRaise, StreamsError};
 use crate::subscriptions::{self, as_owner};
 use crate::{gucs, shmem};
+use litebase_streams_core::{hosts, signing};
 
 pub use worker::ensure_worker;
 
@@ -54,15 +56,18 @@ fn _create_webhook(
     let batch = batch.ok_or(StreamsError::NullArgument("batch")).or_raise();
     crate::require_preload().or_raise();
     if !(1..=MAX_BATCH).contains(&batch) {
-        StreamsError::InvalidArgument(format!("batch must be between 1 and {MAX_BATCH} (got {batch})")).raise();
+        StreamsError::ArgumentOutOfRange { argument: "batch", value: batch.into(), min: 1, max: MAX_BATCH.into() }
+            .raise();
     }
     let url = checked_url(url);
     let secret = match secret {
-        Some(given) if http::signing_key(given).is_some_and(|key| (24..=64).contains(&key.len())) => given.to_owned(),
+        Some(given) if signing::signing_key(given).is_some_and(|key| (24..=64).contains(&key.len())) => {
+            given.to_owned()
+        }
         Some(_) => StreamsError::InvalidWebhookSecret.raise(),
-        None => http::encode_secret(&random_bytes::<SECRET_BYTES>()),
+        None => signing::encode_secret(&random_bytes::<SECRET_BYTES>()),
     };
-    let start = after.unwrap_or_else(crate::waiting::horizon_seen_by_transaction);
+    let start = after.unwrap_or_else(crate::subscriptions::wait::horizon_seen_by_transaction);
     let id = subscriptions::create(name, stream, start, true);
     as_owner(|client| {
         let args: [DatumWithOid; 4] = [id.into(), url.as_str().into(), secret.as_str().into(), batch.into()];
@@ -198,7 +203,7 @@ fn random_bytes<const N: usize>() -> [u8; N] {
     let mut bytes = [0u8; N];
     // SAFETY: writes N bytes into a local buffer of N bytes.
     if !unsafe { pg_sys::pg_strong_random(bytes.as_mut_ptr().cast(), N) } {
-        StreamsError::InvalidArgument("no strong random source to make a webhook secret; pass secret".into()).raise();
+        StreamsError::NoRandomSource.raise();
     }
     bytes
 }

@@ -2,19 +2,25 @@
 //! started as a process against a test database, as a role of its own that
 //! only holds membership of the roles it serves (the README's recipe), plus
 //! small clients: raw HTTP/1.0 requests, an SSE reader, WebSocket
-//! (tungstenite) and tokens (jsonwebtoken).
+//! (tungstenite) and tokens (jsonwebtoken). [`Setup`] is the usual start of a
+//! gateway test, [`Writers`] publish while it runs, and
+//! [`assert_exactly_once_in_order`] checks what a client received.
 //!
 //! The binary comes from `LITEBASE_STREAMS_GATEWAY_BIN`, or the `gateway`
 //! profile's build (`cargo build --profile gateway -p litebase-streams-gateway`,
 //! which scripts/test.sh runs before the integration tests), or a debug build.
 
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{base_config, wait_until, TestDb};
+use super::{base_config, wait_until, TestDb, TestRole};
 
 pub const SECRET: &str = "gateway-test-secret";
 
@@ -173,6 +179,142 @@ impl Drop for Gateway {
             let _ = std::fs::remove_file(&self.log);
         }
     }
+}
+
+/// A database, the gateway's own login role (NOINHERIT, member of `reader`),
+/// a role `reader` that may read `pay.*` (and publish there, with
+/// [`Setup::publishing`]), and the gateway. The fields drop in this order.
+pub struct Setup {
+    pub gateway: Gateway,
+    pub reader: TestRole,
+    pub login: TestRole,
+    pub db: TestDb,
+}
+
+impl Setup {
+    /// `reader` may read `pay.*`; the gateway runs with `args`.
+    pub fn new(args: &[&str]) -> Setup {
+        Self::with_reader_grants("SELECT streams.grant('read', 'pay.*', '{r}');", args)
+    }
+
+    /// `reader` may read and publish `pay.*`; the gateway runs with `args`.
+    pub fn publishing(args: &[&str]) -> Setup {
+        Self::with_reader_grants(
+            "SELECT streams.grant('read', 'pay.*', '{r}'); SELECT streams.grant('publish', 'pay.*', '{r}');",
+            args,
+        )
+    }
+
+    /// `grants` run for `reader` (`{r}` stands for its name).
+    fn with_reader_grants(grants: &str, args: &[&str]) -> Setup {
+        let db = TestDb::new();
+        let login = TestRole::new(&db, "gw", "NOINHERIT");
+        let reader = TestRole::new(&db, "reader", "NOLOGIN");
+        db.connect()
+            .batch_execute(&format!(
+                "{} GRANT {r} TO {g};",
+                grants.replace("{r}", &reader.name),
+                r = reader.name,
+                g = login.name
+            ))
+            .unwrap();
+        let gateway = Gateway::start(&db, &login.name, args);
+        Setup { gateway, reader, login, db }
+    }
+
+    /// A NOLOGIN role the gateway may act as, with `grants` run for it
+    /// (`{r}` stands for its name).
+    pub fn role(&self, suffix: &str, grants: &str) -> TestRole {
+        let role = TestRole::new(&self.db, suffix, "NOLOGIN");
+        let sql = format!("{} GRANT {} TO {};", grants.replace("{r}", &role.name), role.name, self.login.name);
+        self.db.connect().batch_execute(&sql).unwrap();
+        role
+    }
+
+    /// Positions of the final events of streams starting with `prefix`, as the owner sees them.
+    pub fn positions(&self, prefix: &str) -> Vec<i64> {
+        self.db
+            .connect()
+            .query("SELECT position FROM streams.events WHERE starts_with(stream, $1) ORDER BY position", &[&prefix])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+}
+
+/// Publishers on `streams`, in turn, until stopped; they reconnect after
+/// errors (the server may be restarting). Which events committed is read
+/// from the database afterwards.
+pub struct Writers {
+    stop: Arc<AtomicBool>,
+    threads: Vec<thread::JoinHandle<u64>>,
+}
+
+impl Writers {
+    pub fn start(db: &TestDb, streams: &[&str]) -> Writers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = streams
+            .iter()
+            .map(|stream| {
+                let (stop, config, stream) = (stop.clone(), db.config(), stream.to_string());
+                thread::spawn(move || {
+                    let mut sent = 0u64;
+                    let mut client = None;
+                    while !stop.load(Ordering::Relaxed) {
+                        let c = match client.as_mut() {
+                            Some(c) => c,
+                            None => match config.connect(postgres::NoTls) {
+                                Ok(c) => client.insert(c),
+                                Err(_) => {
+                                    thread::sleep(Duration::from_millis(50));
+                                    continue;
+                                }
+                            },
+                        };
+                        let data = format!(r#"{{"n": {sent}, "s": "{stream}"}}"#);
+                        match c.execute("SELECT streams.publish($1, $2::text::jsonb)", &[&stream, &data]) {
+                            Ok(_) => sent += 1,
+                            Err(_) => client = None,
+                        }
+                        thread::sleep(Duration::from_millis(3));
+                    }
+                    sent
+                })
+            })
+            .collect();
+        Writers { stop, threads }
+    }
+
+    /// Stop them; how many publishes were acknowledged.
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.threads.into_iter().map(|t| t.join().unwrap()).sum()
+    }
+}
+
+pub fn assert_exactly_once_in_order(received: &[i64], committed: &[i64], what: &str) {
+    let unique: HashSet<_> = received.iter().collect();
+    assert_eq!(unique.len(), received.len(), "{what}: duplicates in {received:?}");
+    assert!(received.windows(2).all(|w| w[0] < w[1]), "{what}: out of order: {received:?}");
+    assert_eq!(received, committed, "{what}: received vs committed");
+}
+
+/// A small receive buffer for `socket` (std has no setter), so that the
+/// gateway's writes to a client that stops reading block soon.
+pub fn set_receive_buffer(socket: &TcpStream, bytes: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the socket is open for the duration of the call and `bytes` outlives it.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            &bytes as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "setsockopt SO_RCVBUF");
 }
 
 fn write_request(

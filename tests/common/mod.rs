@@ -11,6 +11,7 @@
 
 pub mod gateway;
 pub mod pgbouncer;
+pub mod subscriptions;
 pub mod webhooks;
 
 use std::process::Command;
@@ -196,6 +197,11 @@ pub fn count_stored(client: &mut Client) -> i64 {
 /// The SQLSTATE of a failed statement.
 pub fn sqlstate(err: &postgres::Error) -> String {
     err.code().map(|c| c.code().to_owned()).unwrap_or_else(|| format!("no SQLSTATE: {err}"))
+}
+
+/// `text` parsed as JSON, or a panic that shows it.
+pub fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}"))
 }
 
 /// A client that LISTENs on some channels and, following the README's client

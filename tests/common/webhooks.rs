@@ -16,16 +16,25 @@
 //! an unknown path answers 404 (a failure the webhook retries), and a
 //! request that arrives before the secret is known is not verified. Create
 //! the webhook with `secret => SECRET` to know it in advance.
+//!
+//! Below the receiver: the helpers of the webhook tests (tests/webhooks.rs,
+//! tests/webhook_delivery.rs). [`local_endpoints`] allows the receiver on the
+//! shared test cluster, server-wide, while a test of the binary holds it;
+//! tests/probes.rs needs the default policy, so it must not run at the same
+//! time as either of them (cargo runs test binaries one at a time).
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use super::{env, wait_until, COUNTER};
+use postgres::Client;
+
+use super::{admin, env, publish, wait_for_horizon, wait_until, ScratchCluster, TestDb, COUNTER};
 
 /// A secret to create webhooks with (`secret => SECRET`), so the receiver can
 /// verify from the first request (the Standard Webhooks specification's
@@ -148,6 +157,15 @@ impl Receiver {
         std::fs::write(dir.join("config.json"), "{}").unwrap();
         let mut receiver = Receiver { dir, port: 0, child: Mutex::new(None), config: Mutex::new(BTreeMap::new()) };
         receiver.port = receiver.spawn(0);
+        receiver
+    }
+
+    /// Start one with each of `paths` answering as given.
+    pub fn answering(paths: &[(&str, Behaviour)]) -> Receiver {
+        let receiver = Receiver::start();
+        for (path, behaviour) in paths {
+            receiver.configure(path, behaviour.clone());
+        }
         receiver
     }
 
@@ -321,4 +339,147 @@ pub fn python() -> &'static Path {
         drop(lock); // closing the file releases the flock
         python
     })
+}
+
+// --- the webhook tests' helpers -------------------------------------------------
+
+/// Server-wide webhook settings for these tests: 127.0.0.1 allowed (the
+/// receiver), short backoffs (so five failures take about a second) and a
+/// 5 s request timeout. Shared by the tests that run at the same time, reset
+/// when the last one ends.
+pub struct LocalEndpoints;
+
+const SETTINGS: [(&str, &str); 4] = [
+    ("litebase_streams.webhook_allowed_hosts", "127.0.0.1"),
+    ("litebase_streams.webhook_retry_min", "50"),
+    ("litebase_streams.webhook_retry_max", "400"),
+    ("litebase_streams.webhook_timeout", "5000"),
+];
+
+/// The settings' current holder; its lock orders setting against resetting.
+static SHARED: Mutex<Weak<LocalEndpoints>> = Mutex::new(Weak::new());
+
+pub fn local_endpoints() -> Arc<LocalEndpoints> {
+    let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(live) = shared.upgrade() {
+        return live;
+    }
+    let mut admin = admin();
+    for (name, value) in SETTINGS {
+        admin.batch_execute(&format!("ALTER SYSTEM SET {name} = '{value}'")).unwrap();
+    }
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    // A session started after the postmaster reloaded sees the new values.
+    wait_until("the webhook settings are loaded", Duration::from_secs(10), || {
+        let value: String =
+            super::admin().query_one("SHOW litebase_streams.webhook_allowed_hosts", &[]).unwrap().get(0);
+        value == "127.0.0.1"
+    });
+    let live = Arc::new(LocalEndpoints);
+    *shared = Arc::downgrade(&live);
+    live
+}
+
+impl Drop for LocalEndpoints {
+    fn drop(&mut self) {
+        let shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+        if shared.upgrade().is_some() {
+            // A test started meanwhile set them again and holds them now.
+            return;
+        }
+        let mut admin = admin();
+        for (name, _) in SETTINGS {
+            let _ = admin.batch_execute(&format!("ALTER SYSTEM RESET {name}"));
+        }
+        let _ = admin.batch_execute("SELECT pg_reload_conf()");
+    }
+}
+
+/// A throwaway cluster with `settings` (for server-wide webhook settings
+/// of a test's own, and crashes), a database `app` with the extension and
+/// its worker running, and a connection to it.
+pub fn scratch_cluster(name: &str, settings: &[&str]) -> (ScratchCluster, Client) {
+    let mut all = vec!["shared_preload_libraries = 'litebase_streams'", "track_commit_timestamp = on"];
+    all.extend_from_slice(settings);
+    let cluster = ScratchCluster::start(name, &all);
+    cluster.connect("postgres").batch_execute("CREATE DATABASE app").unwrap();
+    let mut c = cluster.connect("app");
+    c.batch_execute("CREATE EXTENSION litebase_streams").unwrap();
+    cluster.wait_for_worker("app");
+    (cluster, c)
+}
+
+/// One row of `streams.webhooks`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct State {
+    pub state: String,
+    pub position: i64,
+    pub pending: i64,
+    pub attempts: i32,
+    pub last_status: Option<i32>,
+    pub last_error: Option<String>,
+}
+
+pub fn state(c: &mut Client, name: &str) -> State {
+    let row = c
+        .query_one(
+            "SELECT state, position, pending, attempts, last_status, last_error FROM streams.webhooks WHERE name = $1",
+            &[&name],
+        )
+        .unwrap_or_else(|e| panic!("webhook {name}: {e:?}"));
+    State {
+        state: row.get(0),
+        position: row.get(1),
+        pending: row.get(2),
+        attempts: row.get(3),
+        last_status: row.get(4),
+        last_error: row.get(5),
+    }
+}
+
+pub fn wait_for_state(c: &mut Client, name: &str, what: &str, mut condition: impl FnMut(&State) -> bool) -> State {
+    let mut last = None;
+    wait_until(&format!("webhook {name}: {what}"), Duration::from_secs(30), || {
+        let now = state(c, name);
+        let done = condition(&now);
+        last = Some(now);
+        done
+    });
+    last.unwrap()
+}
+
+pub fn create_webhook(c: &mut Client, name: &str, stream: &str, url: &str) {
+    c.query_one("SELECT streams.create_webhook($1, $2, $3, secret => $4)", &[&name, &stream, &url, &SECRET])
+        .unwrap_or_else(|e| panic!("create_webhook {name}: {e:?}"));
+}
+
+/// Publish one event per transaction; their positions, once final.
+pub fn publish_each(c: &mut Client, stream: &str, count: usize) -> Vec<i64> {
+    let positions: Vec<i64> = (0..count).map(|n| publish(c, stream, &format!(r#"{{"n": {n}}}"#))).collect();
+    wait_for_horizon(c, *positions.last().unwrap());
+    positions
+}
+
+/// A [`Receiver`] on the shared test cluster: while it lives, the cluster
+/// has the [`local_endpoints`] settings. It derefs to the receiver.
+pub struct LocalReceiver {
+    receiver: Receiver,
+    _settings: Arc<LocalEndpoints>,
+}
+
+impl Deref for LocalReceiver {
+    type Target = Receiver;
+
+    fn deref(&self) -> &Receiver {
+        &self.receiver
+    }
+}
+
+/// The start of a webhook test on the shared test cluster: the
+/// [`local_endpoints`] settings, a receiver with each of `paths` answering
+/// as given ([`Receiver::answering`]), and a fresh database.
+pub fn local_receiver_and_db(paths: &[(&str, Behaviour)]) -> (LocalReceiver, TestDb) {
+    let settings = local_endpoints();
+    let receiver = LocalReceiver { receiver: Receiver::answering(paths), _settings: settings };
+    (receiver, TestDb::new())
 }

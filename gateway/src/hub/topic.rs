@@ -34,9 +34,10 @@ use tracing::{debug, info, warn};
 
 use crate::db::{Server, Start};
 use crate::error::ApiError;
-use crate::event::{Event, Payload};
+use crate::event::{event_of, Event};
 use crate::metrics;
 use crate::pattern::Selector;
+use litebase_streams_core::payload::decode_payload;
 
 use super::{Hub, Note, Slot};
 
@@ -287,7 +288,7 @@ impl Topic {
         *self.read_checked.lock().unwrap() = None;
         let covered = match hub.db.read_grants(Server::Primary, &self.role).await {
             Ok((all, grants)) => all || self.selector.covered_by(&grants),
-            Err(e) if e.status == axum::http::StatusCode::FORBIDDEN => false,
+            Err(ApiError::Forbidden(_)) => false,
             Err(_) => return, // the database is away: replays decide until a check succeeds
         };
         if covered {
@@ -317,7 +318,7 @@ impl Topic {
             // The role may have lost its read privilege: the replay, as the role, decides.
             return Action::Replay;
         }
-        let Ok(payload) = serde_json::from_str::<Payload>(&note.payload) else {
+        let Some(payload) = decode_payload(&note.payload) else {
             return Action::Replay;
         };
         let (tail, horizon) = {
@@ -332,7 +333,7 @@ impl Topic {
         }
         match &self.selector {
             Selector::Exact(name) if name == payload.stream && payload.prev.is_some_and(|prev| prev <= tail) => {
-                payload.event().map_or(Action::Replay, |e| Action::Forward(Arc::new(e)))
+                event_of(&payload).map_or(Action::Replay, |e| Action::Forward(Arc::new(e)))
             }
             _ => Action::Replay,
         }
@@ -361,7 +362,7 @@ impl Topic {
             {
                 Ok(page) => page,
                 Err(e) => {
-                    warn!(role = %self.role, pattern = %self.pattern, error = %e.error, "replay failed; retrying at the next tick");
+                    warn!(role = %self.role, pattern = %self.pattern, error = %e.message(), "replay failed; retrying at the next tick");
                     return sent;
                 }
             };

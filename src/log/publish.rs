@@ -22,14 +22,14 @@ use std::ffi::c_void;
 use pgrx::prelude::*;
 use pgrx::IntoDatum;
 
-use crate::append::Appender;
 use crate::error::{OrRaise, StreamsError};
+use crate::ffi;
 use crate::gucs;
-use crate::kept_plan::{spi, KeptPlan};
-use crate::notify::validate_stream_name;
-use crate::pg_decls;
-use crate::privileges;
+use crate::log::append::Appender;
+use crate::log::kept_plan::{spi, KeptPlan};
+use crate::log::privileges;
 use crate::shmem::{self, DbEntry, PublisherSlot};
+use litebase_streams_core::names::validate_stream_name;
 
 /// This backend's open publishing transaction.
 #[derive(Clone, Copy)]
@@ -93,7 +93,7 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish(fcinfo: pg_sys::Functio
     pg_sys::Datum::from(position)
 }
 
-pg_decls::function_info_v1!(pg_finfo_litebase_streams_publish);
+ffi::function_info_v1!(pg_finfo_litebase_streams_publish);
 
 /// `streams._publish_batch(stream text, data jsonb[]) → bigint[]`, behind
 /// `streams.publish_batch` (sql/streams.sql): one position per element, in
@@ -130,7 +130,7 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish_batch(fcinfo: pg_sys::F
     positions
 }
 
-pg_decls::function_info_v1!(pg_finfo_litebase_streams_publish_batch);
+ffi::function_info_v1!(pg_finfo_litebase_streams_publish_batch);
 
 /// The elements of a jsonb array without nulls (checked by the caller).
 ///
@@ -242,14 +242,11 @@ fn log_owner_and_table(sequence: pg_sys::Oid) -> (pg_sys::Oid, pg_sys::Oid) {
 
 /// Refuse data larger than `litebase_streams.max_event_size` (54000).
 fn check_size(data: pg_sys::Datum) {
-    let limit = gucs::MAX_EVENT_SIZE.get();
-    if limit <= 0 {
-        return;
-    }
+    let Some(limit) = gucs::max_event_size() else { return };
     // SAFETY: a jsonb datum; the size comes from its (possibly toasted) header.
     let size = unsafe { pg_sys::toast_raw_datum_size(data) };
-    if size > limit as usize {
-        StreamsError::EventTooLarge { size, limit: limit as usize }.raise();
+    if size > limit {
+        StreamsError::EventTooLarge { size, limit }.raise();
     }
 }
 
@@ -286,11 +283,11 @@ fn lock_log_first(sequence: pg_sys::Oid) {
 /// "allocating" would hold the horizon with no position to show for it.
 fn next_position(sequence: pg_sys::Oid) -> i64 {
     if PUBLISHING.with(|p| p.get()).is_some() {
-        return took(above_horizon(pg_decls::nextval(sequence)));
+        return took(above_horizon(ffi::nextval(sequence)));
     }
     wait_for_backlog();
     announce();
-    let position = PgTryBuilder::new(|| above_horizon(pg_decls::nextval(sequence)))
+    let position = PgTryBuilder::new(|| above_horizon(ffi::nextval(sequence)))
         .catch_others(|error| {
             finish();
             error.rethrow()
@@ -307,7 +304,7 @@ fn next_position(sequence: pg_sys::Oid) -> i64 {
 /// on every sequence: an event there would appear below positions readers
 /// have passed.
 fn above_horizon(position: i64) -> i64 {
-    if let Some(entry) = WORKER_ENTRY.with(|w| w.get()) {
+    if let Some(entry) = cached_entry() {
         let horizon = entry.horizon.load(std::sync::atomic::Ordering::Acquire);
         if position as u64 <= horizon {
             StreamsError::PositionBelowHorizon { position, horizon }.raise();
@@ -316,9 +313,18 @@ fn above_horizon(position: i64) -> i64 {
     position
 }
 
+/// This database's entry as cached at the transaction's first publish,
+/// while it is still this database's (entries are freed after DROP
+/// EXTENSION and reused).
+fn cached_entry() -> Option<&'static DbEntry> {
+    // SAFETY: MyDatabaseId is set once at connection and only read here.
+    let db = unsafe { pg_sys::MyDatabaseId };
+    WORKER_ENTRY.with(|w| w.get()).filter(|entry| entry.is_for(db))
+}
+
 /// Note the newest position taken, for [`wait_for_backlog`].
 fn took(position: i64) -> i64 {
-    if let Some(entry) = WORKER_ENTRY.with(|w| w.get()) {
+    if let Some(entry) = cached_entry() {
         entry.newest.fetch_max(position as u64, std::sync::atomic::Ordering::Relaxed);
     }
     position
@@ -335,14 +341,14 @@ fn took(position: i64) -> i64 {
 /// worker runs or its rounds fail; a cancel ends the wait.
 fn wait_for_backlog() {
     use std::sync::atomic::Ordering;
-    let limit = gucs::MAX_BACKLOG.get();
-    let Some(entry) = WORKER_ENTRY.with(|w| w.get()).filter(|_| limit > 0) else { return };
+    let Some(limit) = gucs::max_backlog() else { return };
+    let Some(entry) = cached_entry() else { return };
     // SAFETY: MyDatabaseId is set once at connection and only read here.
     let db = unsafe { pg_sys::MyDatabaseId };
     for _ in 0..1000 {
         let horizon = entry.horizon.load(Ordering::Relaxed);
         let newest = entry.newest.load(Ordering::Relaxed);
-        let within_limit = |upto: u64| upto.saturating_sub(horizon) <= limit as u64;
+        let within_limit = |upto: u64| upto.saturating_sub(horizon) <= limit;
         let retrying = entry.state.load(Ordering::Relaxed) == shmem::WorkerState::Retrying as u32;
         if within_limit(newest) || entry.worker_pid.load(Ordering::Acquire) == 0 || retrying {
             return; // within the limit, or no worker that waiting would help
@@ -415,7 +421,9 @@ fn warn_without_worker(worker: Option<&'static DbEntry>) {
 fn finish() {
     if let Some(Publishing { slot, worker }) = PUBLISHING.with(|p| p.take()) {
         slot.release();
-        if let Some(worker) = worker {
+        // SAFETY: MyDatabaseId is set once at connection and only read here.
+        let db = unsafe { pg_sys::MyDatabaseId };
+        if let Some(worker) = worker.filter(|entry| entry.is_for(db)) {
             worker.wake_worker();
         }
     }

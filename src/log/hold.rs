@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use pgrx::prelude::*;
 
-use crate::{gucs, horizon, shmem};
+use crate::{gucs, shmem};
+use litebase_streams_core::horizon;
 
 thread_local! {
     static LAST_REFRESH: Cell<Option<Instant>> = const { Cell::new(None) };

@@ -8,7 +8,7 @@
 use pgrx::prelude::*;
 
 use crate::error::{OrRaise, StreamsError};
-use crate::notify::{parse_stream_selector, StreamSelector};
+use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
 
 fn selector(pattern: Option<&str>) -> StreamSelector {
     pattern.map_or(StreamSelector::All, |p| parse_stream_selector(p).or_raise())
@@ -46,7 +46,7 @@ pub(crate) fn _stream_prefix_high(pattern: Option<&str>) -> Option<String> {
 pub(crate) fn _replay_limit(max_events: Option<i32>) -> i32 {
     match max_events {
         None => StreamsError::NullArgument("max_events").raise(),
-        Some(n) if n < 0 => StreamsError::InvalidArgument(format!("max_events must be zero or more, not {n}")).raise(),
+        Some(n) if n < 0 => StreamsError::NegativeArgument { argument: "max_events", value: n.into() }.raise(),
         Some(n) => n,
     }
 }
@@ -76,7 +76,7 @@ pub unsafe extern "C-unwind" fn litebase_streams_era(fcinfo: pg_sys::FunctionCal
     pg_sys::Datum::from(era_of(position, bounds.iter().flat_map(|b| b.iter().flatten())))
 }
 
-crate::pg_decls::function_info_v1!(pg_finfo_litebase_streams_era);
+crate::ffi::function_info_v1!(pg_finfo_litebase_streams_era);
 
 fn era_of(position: i64, bounds: impl Iterator<Item = i64>) -> i32 {
     bounds.filter(|&bound| position > bound).count() as i32

@@ -25,19 +25,18 @@
 //! a bad batch never kills the worker. All state is re-read from the database
 //! each round, so a restart loses nothing.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use pgrx::bgworkers::*;
-use pgrx::pg_sys::panic::CaughtError;
 use pgrx::prelude::*;
 
-use crate::delivery::{self, Phase, Round};
-use crate::error::StreamsError;
+use super::maintenance::{compact_commit_times, summarize_new_ranges, SUMMARY_INTERVAL};
+use super::round::{Phase, Round};
+use super::runtime::{attempt, extension_installed, in_transaction, pin_session_settings, warn_failed, Failure};
 use crate::gucs;
-use crate::launcher;
 use crate::shmem::{self, Attach, DbEntry, NotifyState, Server, WorkerState};
+use litebase_streams_core::backoff::backoff_after;
 
 #[pg_guard]
 #[no_mangle]
@@ -50,10 +49,14 @@ pub extern "C-unwind" fn litebase_streams_worker_main(arg: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(db), None);
     wait_for_creator();
     if !in_transaction(extension_installed) {
-        return; // most databases, at server start
+        // Most databases, at server start; or a CREATE EXTENSION that
+        // claimed an entry rolled back.
+        shmem::release_if_unused(db);
+        return;
     }
-    if in_transaction(crate::delivery::database_is_template) {
+    if in_transaction(crate::log::catalog::database_is_template) {
         log!("litebase_streams worker for database {}: a template database gets no worker", db.to_u32());
+        shmem::release_if_unused(db);
         return;
     }
     let Some(entry) = attach(db) else { return };
@@ -92,81 +95,6 @@ pub(crate) fn wait_for_creator() {
     }
 }
 
-/// Session settings the worker's correctness depends on, set at session
-/// level so that no `ALTER DATABASE/ROLE ... SET` (applied at connect) can
-/// change them. In particular:
-///
-/// * `session_authorization` (the bootstrap superuser, OID 10, as which the
-///   worker connected; `DEFAULT` would be the database's setting) and `ROLE
-///   NONE`: whatever `session_authorization` or `role` a database owner set
-///   for the database.
-/// * `exit_on_error = off`: a failed round is retried, never the end of the
-///   worker (and of the requests a webhook worker has in flight).
-/// * `search_path`: the worker runs as the bootstrap superuser; only
-///   pg_catalog may resolve its functions and operators.
-/// * read committed, read-write: each round's fresh snapshot must see every
-///   commit before it (repeatable read would reuse the transaction's first
-///   snapshot and stamp events it cannot see), and the round writes.
-/// * timeouts: a lock held on the extension's tables fails a round (retried
-///   with backoff) instead of stalling it. 100 ms is well under
-///   deadlock_timeout, so when DDL such as DROP EXTENSION and a round lock
-///   the tables in opposite orders, the worker gives way rather than the
-///   user's statement failing with a deadlock. No statement or idle timeout
-///   may end the worker's own session.
-/// * `session_replication_role = origin`: the immutability triggers fire.
-/// * `synchronous_commit = on`: final means durable. A round's commit is what
-///   makes its events final (the horizon it writes), and a synchronous commit
-///   flushes the WAL up to its own commit record, so also every publisher's
-///   commit record before it (publishers with `synchronous_commit = off`
-///   leave theirs in the WAL buffers), and with synchronous replication it
-///   waits for the standbys as well: no reader ever sees an event a crash or
-///   a failover can take back, whatever the publishers' setting.
-// search_path comes first: each statement is analysed only after the ones
-// before it ran, and one that resolves a name under the database's
-// search_path (a database owner may set it and owns `public`) would run an
-// operator planted there as the bootstrap superuser. The one comparison
-// below is qualified as well.
-const PINNED_SETTINGS: &str = "
-    SET search_path = pg_catalog, pg_temp;
-    SET exit_on_error = off;
-    SELECT pg_catalog.set_config('session_authorization',
-                                 (SELECT r.rolname FROM pg_catalog.pg_roles r
-                                  WHERE r.oid OPERATOR(pg_catalog.=) 10::pg_catalog.oid)::pg_catalog.text, false);
-    SET ROLE NONE;
-    SET search_path = pg_catalog, pg_temp;
-    SET default_transaction_isolation = 'read committed';
-    SET default_transaction_read_only = off;
-    SET default_transaction_deferrable = off;
-    SET statement_timeout = 0;
-    SET lock_timeout = '100ms';
-    SET idle_in_transaction_session_timeout = 0;
-    SET idle_session_timeout = 0;
-    SET session_replication_role = origin;
-    SET synchronous_commit = on;
-    SET row_security = on;
-    SET standard_conforming_strings = on;
-    SET transform_null_equals = off;
-    SET array_nulls = on;
-    SET TimeZone = 'UTC';
-    SET DateStyle = 'ISO, YMD';
-    SET IntervalStyle = 'postgres';
-    SET extra_float_digits = 1;
-    SET max_parallel_workers_per_gather = 0;
-    SET jit = off;
-    SET plan_cache_mode = auto;
-    SET client_min_messages = warning";
-
-pub(crate) fn pin_session_settings() {
-    Spi::run(PINNED_SETTINGS).unwrap_or_else(|e| {
-        StreamsError::Spi { doing: "pinning the worker's session settings", error: e.to_string() }.raise()
-    });
-}
-
-pub(crate) fn extension_installed() -> bool {
-    // SAFETY: a catalog lookup (missing_ok, static C string), only called through in_transaction.
-    unsafe { pg_sys::get_extension_oid(c"litebase_streams".as_ptr(), true) != pg_sys::InvalidOid }
-}
-
 /// Claim `entry` as its worker, waiting up to a few seconds for a previous
 /// worker (say, of a just-dropped extension) to leave.
 fn attach(db: pg_sys::Oid) -> Option<&'static DbEntry> {
@@ -199,13 +127,17 @@ fn attach(db: pg_sys::Oid) -> Option<&'static DbEntry> {
     None
 }
 
+/// Set before the worker returns because the extension was dropped or the
+/// database became a template: it is not restarted, and its entry may go.
+static LEAVING_FOR_GOOD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// # Safety
 /// SAFETY: registered only by [`attach`], through before_shmem_exit, with `arg` a
 /// `&'static DbEntry` in shared memory; runs once, at process exit.
 #[pg_guard]
 unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
     let entry = &*(arg.cast_mut_ptr::<DbEntry>() as *const DbEntry);
-    shmem::detach(entry, Server::Worker, pg_sys::MyProcPid);
+    shmem::detach(entry, Server::Worker, pg_sys::MyProcPid, LEAVING_FOR_GOOD.load(Ordering::Acquire));
 }
 
 pub(crate) fn shutdown_requested() -> bool {
@@ -238,7 +170,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
     let mut notify_failures = 0u32;
     let mut next_notify = std::time::Instant::now();
     let mut next_summary = std::time::Instant::now() + SUMMARY_INTERVAL;
-    let mut compacted = crate::commit_times::Compacted::default();
+    let mut compacted = crate::log::commit_times::Compacted::default();
     let mut last_round = std::time::Instant::now();
     let mut busy = false;
     loop {
@@ -283,9 +215,11 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
         let mut wait = match round(db, entry, phase) {
             Ok(Round::ExtensionGone) => {
                 log!("litebase_streams worker for database {}: extension dropped, exiting", db.to_u32());
+                LEAVING_FOR_GOOD.store(true, Ordering::Release);
                 return;
             }
             Ok(Round::Template) => {
+                LEAVING_FOR_GOOD.store(true, Ordering::Release);
                 log!("litebase_streams worker for database {}: the database became a template, exiting", db.to_u32());
                 return;
             }
@@ -343,7 +277,10 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                         split = false;
                     }
                 }
-                Ok(Round::ExtensionGone | Round::Template) => return,
+                Ok(Round::ExtensionGone | Round::Template) => {
+                    LEAVING_FOR_GOOD.store(true, Ordering::Release);
+                    return;
+                }
                 Err(failure) => {
                     notify_failures += 1;
                     entry.notify_state.store(failure.notify_state() as u32, Ordering::Relaxed);
@@ -405,9 +342,6 @@ fn pause(duration: Duration) {
 /// How often a worker waiting behind a holder looks at the slots again.
 const HOLDER_RECHECK: Duration = Duration::from_millis(5);
 
-/// How often the worker summarises new BRIN ranges.
-const SUMMARY_INTERVAL: Duration = Duration::from_secs(5);
-
 /// Start the database's webhook worker if active webhooks have none (after
 /// a server restart, or when no slot was free when they were created). A
 /// failure is logged and retried at the next interval.
@@ -417,224 +351,10 @@ fn start_webhook_worker(db: pg_sys::Oid) {
     }
 }
 
-/// Summarise the block ranges the log's BRIN indexes have not covered yet
-/// (they are created with autosummarize off: at high rates its per-range
-/// autovacuum requests overflow their queue and flood the server log). A
-/// failure is logged and retried at the next interval.
-fn summarize_new_ranges() {
-    const SUMMARIZE: &str = "SELECT pg_catalog.brin_summarize_new_values(i.oid)
-        FROM pg_catalog.pg_class i
-        WHERE i.relnamespace = 'streams'::pg_catalog.regnamespace AND i.relam = (SELECT a.oid FROM pg_catalog.pg_am a WHERE a.amname = 'brin')";
-    let result = attempt(|| {
-        // Only the extension's own indexes: summarising runs index
-        // expressions, and the worker is a superuser.
-        if crate::delivery::extension_log().is_none() {
-            return;
-        }
-        commit_without_waiting();
-        Spi::run(SUMMARIZE)
-            .unwrap_or_else(|e| StreamsError::Spi { doing: "summarizing BRIN ranges", error: e.to_string() }.raise())
-    });
-    match result {
-        // A lock timeout means autovacuum is on the table (and summarises too).
-        Err(failure) if failure.sqlstate != "55P03" => warn_failed("BRIN summarization", &failure, SUMMARY_INTERVAL),
-        _ => {}
-    }
-}
-
-/// Let the current maintenance transaction commit without waiting for the
-/// WAL flush or for synchronous standbys. It makes no event final (merged
-/// commit times keep their values; a crash that loses it leaves the rows as
-/// they were), so only rounds need `synchronous_commit = on`, and a
-/// maintenance write must not leave the worker waiting on an absent standby.
-fn commit_without_waiting() {
-    Spi::run("SET LOCAL synchronous_commit = off").unwrap_or_else(|e| {
-        StreamsError::Spi { doing: "setting synchronous_commit for maintenance", error: e.to_string() }.raise()
-    });
-}
-
-/// Merge the short rows of commit times the rounds wrote (commit_times.rs).
-/// A failure is logged and retried at the next interval.
-fn compact_commit_times(compacted: &mut crate::commit_times::Compacted) {
-    let result = attempt(|| {
-        commit_without_waiting();
-        Spi::connect_mut(|client| crate::commit_times::compact(client, compacted))
-            .unwrap_or_else(|e| StreamsError::Spi { doing: "merging commit times", error: e.to_string() }.raise())
-    });
-    if let Err(failure) = result {
-        warn_failed("merging commit times", &failure, SUMMARY_INTERVAL);
-    }
-}
-
-pub(crate) fn backoff(failures: u32) -> Duration {
-    Duration::from_millis(10u64 << failures.min(10)).min(Duration::from_secs(10))
-}
-
-/// [`backoff`] after a failure with SQLSTATE `sqlstate`. A lack of
-/// resources (class 53: a full disk, out of memory) goes away without
-/// anyone telling the worker, and a retry costs it one failed round, so
-/// it looks again every second at most instead of sitting out the full
-/// backoff once space is back.
-pub(crate) fn backoff_after(sqlstate: &str, failures: u32) -> Duration {
-    let full = backoff(failures);
-    if sqlstate.starts_with("53") {
-        full.min(RESOURCE_RECHECK)
-    } else {
-        full
-    }
-}
-
-const RESOURCE_RECHECK: Duration = Duration::from_secs(1);
-
-fn warn_failed(what: &str, failure: &Failure, backoff: Duration) {
-    ereport!(
-        PgLogLevel::WARNING,
-        PgSqlErrorCode::ERRCODE_WARNING,
-        format!(
-            "litebase_streams: {what} failed, retrying in {} ms: {} (SQLSTATE {})",
-            backoff.as_millis(),
-            failure.message,
-            failure.sqlstate
-        ),
-        "Publishers are not affected; events are delivered once the round succeeds."
-    );
-}
-
-/// A failed round.
-pub(crate) struct Failure {
-    pub message: String,
-    pub sqlstate: String,
-}
-
-impl Failure {
-    fn notify_state(&self) -> NotifyState {
-        if self.sqlstate == "54000" {
-            NotifyState::QueueFull
-        } else {
-            NotifyState::Failing
-        }
-    }
-}
-
 /// One delivery round in its own transaction (see [`attempt`]).
 fn round(db: pg_sys::Oid, entry: &DbEntry, phase: Phase) -> Result<Round, Failure> {
     entry.set_state(WorkerState::Delivering);
     entry.rounds.fetch_add(1, Ordering::Relaxed);
-    let batch_size = i64::from(gucs::BATCH_SIZE.get());
-    attempt(|| delivery::run(db, batch_size, phase))
-}
-
-/// Run `body` in a transaction of its own; an error aborts the transaction
-/// and comes back as a [`Failure`] instead of ending the worker.
-pub(crate) fn attempt<R>(body: impl FnOnce() -> R) -> Result<R, Failure> {
-    PgTryBuilder::new(AssertUnwindSafe(|| Ok(in_transaction(body))))
-        .catch_others(|error| {
-            // SAFETY: the error left in_transaction's transaction open at the worker's top level;
-            // aborting it is the recovery PostgresMain's error path does too.
-            unsafe { pg_sys::AbortCurrentTransaction() };
-            Err(describe(error))
-        })
-        .execute()
-}
-
-/// Run `body` in a transaction of its own, with a snapshot, and commit.
-pub(crate) fn in_transaction<R>(body: impl FnOnce() -> R) -> R {
-    // SAFETY: called only from the worker's top level, never inside a transaction, so this starts a
-    // fresh one; pgrx's FFI guard turns an ERROR into a Rust panic.
-    unsafe {
-        pg_sys::SetCurrentStatementStartTimestamp();
-        pg_sys::StartTransactionCommand();
-        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-    }
-    let result = body();
-    // SAFETY: commits the transaction started above, popping its snapshot if `body` left it
-    // active; an ERROR becomes a panic, then round/summarize abort it or the worker exits.
-    unsafe {
-        if pg_sys::ActiveSnapshotSet() {
-            pg_sys::PopActiveSnapshot();
-        }
-        pg_sys::CommitTransactionCommand();
-    }
-    result
-}
-
-fn describe(error: CaughtError) -> Failure {
-    match error {
-        CaughtError::PostgresError(report)
-        | CaughtError::ErrorReport(report)
-        | CaughtError::RustPanic { ereport: report, .. } => {
-            Failure { message: report.message().to_owned(), sqlstate: sqlstate(report.sql_error_code() as i32) }
-        }
-    }
-}
-
-/// The five-character form of a packed SQLSTATE (PGUNSIXBIT in elog.h).
-fn sqlstate(code: i32) -> String {
-    (0..5).map(|i| char::from(b'0' + ((code >> (6 * i)) & 0x3f) as u8)).collect()
-}
-
-/// Whether a worker serves database `db`.
-pub fn running(db: pg_sys::Oid) -> bool {
-    shmem::find_db(db).is_some_and(|entry| entry.worker_pid.load(Ordering::Acquire) != 0)
-}
-
-/// Make the worker of database `db` leave for good and wait until it has, so
-/// that DROP DATABASE does not find it connected.
-pub fn stop_for_drop(db: pg_sys::Oid) {
-    let Some(entry) = shmem::find_db(db) else { return };
-    entry.stop.store(true, Ordering::Release);
-    entry.wake_webhook_worker();
-    wait_for_exit(&entry.webhook_pid);
-    entry.wake_worker();
-    wait_for_exit(&entry.worker_pid);
-}
-
-/// Wait (up to 10 s) until the worker whose pid `pid` holds has left.
-fn wait_for_exit(pid: &std::sync::atomic::AtomicI32) {
-    for _ in 0..1000 {
-        if pid.load(Ordering::Acquire) == 0 {
-            break;
-        }
-        // SAFETY: in the DROP DATABASE backend's ProcessUtility hook, inside its transaction; an
-        // ERROR from CHECK_FOR_INTERRUPTS (a cancel) becomes a panic that drop_database re-raises.
-        unsafe {
-            pg_sys::pg_usleep(10_000);
-            pg_sys::check_for_interrupts!();
-        }
-    }
-}
-
-/// After DROP DATABASE: on success, free the database's entry (its OID may be
-/// reused); on failure, clear the stop request and start the worker again.
-pub fn after_drop(db: pg_sys::Oid, dropped: bool, was_running: bool) {
-    if dropped {
-        shmem::remember_dropped(db);
-    }
-    if let Some(entry) = shmem::find_db(db) {
-        entry.stop.store(false, Ordering::Release);
-        if dropped {
-            entry.forget();
-        }
-    }
-    if !dropped && was_running {
-        launcher::launch(db, None);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_grows_to_ten_seconds() {
-        assert_eq!(backoff(1), Duration::from_millis(20));
-        assert_eq!(backoff(30), Duration::from_secs(10));
-    }
-
-    #[test]
-    fn a_full_disk_is_looked_at_again_every_second() {
-        assert_eq!(backoff_after("53100", 30), Duration::from_secs(1));
-        assert_eq!(backoff_after("53200", 2), backoff(2));
-        assert_eq!(backoff_after("40001", 30), Duration::from_secs(10));
-    }
+    let batch_size = gucs::batch_size();
+    attempt(|| super::round::run(db, batch_size, phase))
 }

@@ -53,18 +53,19 @@
 
 use std::cell::RefCell;
 use std::ffi::{CStr, CString};
-use std::rc::Rc;
 
 use pgrx::prelude::*;
-use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult};
-use pgrx::{PgBuiltInOids, PgOid};
+use pgrx::spi::{SpiClient, SpiResult};
 
-use crate::commit_times::{self, Recorder};
-use crate::error::StreamsError;
-use crate::horizon;
-use crate::notify::{encode_payload, pattern_matches, Event, MAX_DATA_TEXT_BYTES};
-use crate::pg_decls;
+use super::plans::{plans, Plans};
+use crate::error::{SpiContext, StreamsError};
+use crate::ffi;
+use crate::log::catalog::{database_is_template, installed_schema, Schema};
+use crate::log::commit_times::Recorder;
 use crate::shmem;
+use litebase_streams_core::horizon;
+use litebase_streams_core::names::pattern_matches;
+use litebase_streams_core::payload::{encode_payload, Event, MAX_DATA_TEXT_BYTES};
 
 /// What a round does (see the module comment).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,203 +89,10 @@ pub enum Round {
     Template,
 }
 
-/// Which extension schema the database has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Schema {
-    V0_1,
-    Current,
-}
-
 /// Stored data larger than this (uncompressed jsonb bytes) is never read:
 /// its JSON text cannot fit a notification payload (jsonb's binary form is
 /// at most a few times larger than its text).
 const MAX_DATA_READ_BYTES: usize = 8 * MAX_DATA_TEXT_BYTES;
-
-/// The events a round makes final, at most `$3` of `($1, $2]`, with their
-/// exact commit time (null when it is lost: see [`commit_times`]).
-///
-/// A commit time is exact only when it belongs to the transaction: it is gone
-/// when `pg_commit_ts` was truncated before the worker ran, and it belongs to
-/// another transaction when the event was restored from a dump (its `tx` is
-/// another cluster's, its row was inserted by the restore). An event
-/// inserted by its own transaction has `xmin` = `tx` or a subtransaction of
-/// it, which commits at the same time; when `xmin`'s commit time is gone too
-/// the event is taken to be its own.
-const FETCH_NEW: &str = "
-SELECT e.position, e.stream::text, e.tx::text::bigint,
-       CASE WHEN e.xmin = e.tx::xid
-              OR pg_catalog.pg_xact_commit_timestamp(e.xmin) IS NULL
-              OR pg_catalog.pg_xact_commit_timestamp(e.xmin) = pg_catalog.pg_xact_commit_timestamp(e.tx::xid)
-            THEN pg_catalog.pg_xact_commit_timestamp(e.tx::xid) END,
-       e.data
-FROM streams.event_log e
-WHERE e.position > $1 AND e.position <= $2
-ORDER BY e.position LIMIT $3";
-
-/// Final events whose commit times an earlier round recorded (notification
-/// rounds after a split), the same columns.
-const FETCH_RECORDED: &str = "
-SELECT e.position, e.stream::text, e.tx::text::bigint, streams._commit_time(e.position), e.data
-FROM streams.event_log e
-WHERE e.position > $1 AND e.position <= $2
-ORDER BY e.position LIMIT $3";
-
-/// 0.1.0 has one era and nowhere to say that a commit time was lost.
-const FETCH_V0_1: &str = "
-WITH ev AS (
-    SELECT position, stream, tx, data FROM streams.event_log
-    WHERE position > $1 AND position <= $2
-    ORDER BY position LIMIT $3
-), fresh AS (
-    INSERT INTO streams.transactions (tx, committed_at, first_position)
-    SELECT ev.tx, coalesce(pg_catalog.pg_xact_commit_timestamp(ev.tx::xid), pg_catalog.statement_timestamp()),
-           pg_catalog.min(ev.position)
-    FROM ev
-    WHERE NOT EXISTS (SELECT 1 FROM streams.transactions t WHERE t.tx = ev.tx)
-    GROUP BY ev.tx
-    RETURNING tx, committed_at
-)
-SELECT ev.position, ev.stream::text, ev.tx::text::bigint,
-       coalesce(f.committed_at, t.committed_at), ev.data
-FROM ev
-LEFT JOIN fresh f ON f.tx = ev.tx
-LEFT JOIN streams.transactions t ON t.tx = ev.tx
-ORDER BY ev.position";
-
-/// The round's state: the row version this worker wrote last (`$1`, its
-/// ctid), found at once however many old versions a long-open snapshot
-/// keeps (see `streams.horizon_state` in sql/streams.sql). Null columns when
-/// that version is not the visible one: [`READ_STATE`] then looks it up.
-const READ_STATE_AT: &str = "
-SELECT h.horizon, coalesce(h.delivered, h.horizon),
-       (SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END FROM streams.position_seq s),
-       h.system_identifier, h.era_bounds, h.ctid::text
-FROM (SELECT NULL) AS one LEFT JOIN streams.horizon_state h ON h.ctid = $1::text::tid";
-
-/// The round's state, as readers find it: the version with the highest
-/// horizon. For the first round, and after someone else wrote the row (a
-/// restore).
-const READ_STATE: &str = "
-SELECT h.horizon, coalesce(h.delivered, h.horizon),
-       (SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END FROM streams.position_seq s),
-       h.system_identifier, h.era_bounds, h.row_ctid::text
-FROM (SELECT NULL) AS one
-LEFT JOIN (SELECT s.horizon, s.delivered, s.system_identifier, s.era_bounds, s.ctid AS row_ctid
-           FROM streams.horizon_state s ORDER BY s.horizon DESC LIMIT 1) h ON true";
-
-const READ_STATE_V0_1: &str =
-    "SELECT streams.horizon(), streams.horizon(), streams._newest_position(), NULL::bigint, NULL::bigint[], NULL::text";
-
-/// The previous event of a stream, for an event whose stream the worker has
-/// not notified since it started.
-const PREVIOUS: &str = "SELECT pg_catalog.max(e.position) FROM streams.event_log e
-                        WHERE e.stream = $1 COLLATE \"C\" AND e.position < $2";
-
-/// Read with the same fresh snapshot as the events it applies to, so an
-/// event published after `set_private` committed is always sent without data.
-const READ_PRIVATE: &str = "SELECT pg_catalog.array_agg(p.stream::text) FROM streams.private_streams p";
-const READ_PRIVATE_V0_1: &str = "SELECT NULL::text[]";
-
-/// Saves the round's state: a new version of the row version the round
-/// read (`$7`, its ctid), written only over the state the round read (`$5`
-/// horizon, `$6` system identifier). The round read the state with an older
-/// snapshot than this statement's, and only the worker writes the row,
-/// except a restore: pg_restore's COPY can commit in between, and
-/// overwriting the restored row with this cluster's identifier would hide
-/// the restore (no new era). Returns the new version's ctid when it wrote
-/// one.
-const SAVE: &str = "
-UPDATE streams.horizon_state
-SET horizon = $1, delivered = NULLIF($2, $1), system_identifier = $3, era_bounds = $4
-WHERE ctid = $7::text::tid AND horizon = $5 AND system_identifier IS NOT DISTINCT FROM $6
-RETURNING ctid::text";
-
-/// [`SAVE`] for the first round, which read no row: the row is inserted by
-/// the worker instead of by the extension script, so that restoring a dump
-/// (which carries the row) does not collide with it. A row a restore
-/// inserted in between is left alone: nothing is written. Takes the same
-/// parameters (`$5` to `$7` are null, so unused).
-const SAVE_FIRST: &str = "
-INSERT INTO streams.horizon_state (id, horizon, delivered, system_identifier, era_bounds)
-SELECT true, $1, NULLIF($2, $1), $3, $4
-WHERE NOT EXISTS (SELECT FROM streams.horizon_state)
-RETURNING ctid::text";
-
-/// 0.1.0 has no delivered position and no eras; `$2` to `$7` are unused.
-const SAVE_V0_1: &str = "
-WITH updated AS (UPDATE streams.horizon_state SET horizon = $1 WHERE id RETURNING 1),
-inserted AS (
-    INSERT INTO streams.horizon_state (id, horizon) SELECT true, $1 WHERE NOT EXISTS (SELECT FROM updated) RETURNING 1
-)
-SELECT NULL::text FROM (SELECT 1 FROM updated UNION ALL SELECT 1 FROM inserted) AS written";
-
-/// The version of the extension installed in this database, if any, and the
-/// OID of its `streams.event_log` (which log the positions belong to), locked
-/// for the rest of the round (see [`extension_log`]).
-fn installed_schema() -> Option<(Schema, pg_sys::Oid)> {
-    let log = extension_log()?;
-    // SAFETY: syscache lookups by name in the round's transaction; missing_ok,
-    // and the C strings are static.
-    let is_0_1 = unsafe {
-        let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), true);
-        pg_sys::get_relname_relid(c"private_streams".as_ptr(), schema) == pg_sys::InvalidOid
-    };
-    Some((if is_0_1 { Schema::V0_1 } else { Schema::Current }, log))
-}
-
-/// The extension's `streams.event_log` as [`extension_log`] returns it, when
-/// the schema keeps commit times by position (not 0.1.0's).
-pub(crate) fn log_with_commit_times() -> Option<pg_sys::Oid> {
-    installed_schema().filter(|(schema, _)| *schema == Schema::Current).map(|(_, log)| log)
-}
-
-thread_local! {
-    /// The last `streams.event_log` found to belong to the extension.
-    static VERIFIED_LOG: std::cell::Cell<pg_sys::Oid> = const { std::cell::Cell::new(pg_sys::InvalidOid) };
-}
-
-/// The extension's `streams.event_log`, locked (ACCESS SHARE) until the
-/// worker's transaction ends, or `None` when the extension is not installed.
-///
-/// The worker runs its statements as a superuser, by name: a `streams`
-/// schema that is not the extension's (one a role with CREATE on the
-/// database made after the extension was dropped) must never be taken for
-/// it, or that role's triggers and functions would run as superuser. So the
-/// table's membership in the extension is checked (once per table: a scan of
-/// `pg_depend`, where the rest are syscache lookups), and the lock keeps the
-/// table, and with it the extension, from being dropped while the
-/// transaction uses them.
-pub(crate) fn extension_log() -> Option<pg_sys::Oid> {
-    // SAFETY: catalog lookups (missing_ok, static C strings) and a relation
-    // lock inside the worker's transaction; pgrx's FFI guard turns an ERROR
-    // into a Rust panic.
-    unsafe {
-        let lookup = || {
-            let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), true);
-            pg_sys::get_relname_relid(c"event_log".as_ptr(), schema)
-        };
-        let log = lookup();
-        if log == pg_sys::InvalidOid {
-            return None;
-        }
-        pg_sys::LockRelationOid(log, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        // Taking the lock read the invalidations: a drop that committed
-        // before it shows now.
-        if lookup() != log {
-            return None;
-        }
-        if VERIFIED_LOG.with(|v| v.get()) != log {
-            let extension = pg_sys::get_extension_oid(c"litebase_streams".as_ptr(), true);
-            if extension == pg_sys::InvalidOid
-                || pg_sys::getExtensionOfObject(pg_sys::RelationRelationId, log) != extension
-            {
-                return None;
-            }
-            VERIFIED_LOG.with(|v| v.set(log));
-        }
-        Some(log)
-    }
-}
 
 /// Run one round inside the caller's transaction (which has an active snapshot).
 pub fn run(db: pg_sys::Oid, batch_size: i64, phase: Phase) -> Round {
@@ -301,61 +109,10 @@ pub fn run(db: pg_sys::Oid, batch_size: i64, phase: Phase) -> Round {
         pg_sys::PopActiveSnapshot();
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
     }
-    Spi::connect_mut(|client| deliver(client, db, batch_size, phase, schema, log))
-        .unwrap_or_else(|e| StreamsError::Spi { doing: "a delivery round", error: e.to_string() }.raise())
-}
-
-/// Whether this backend's database is a template (`datistemplate`). No
-/// worker stays connected to one: `CREATE DATABASE` refuses to copy a
-/// database others are connected to. The databases created from it get
-/// workers of their own (the launcher starts one at their first publish).
-pub(crate) fn database_is_template() -> bool {
-    // SAFETY: a syscache lookup of our own database, only called through
-    // in_transaction; the tuple is released before returning, and the form
-    // is read while it is pinned.
-    unsafe {
-        let tuple = pg_sys::SearchSysCache1(
-            pg_sys::SysCacheIdentifier::DATABASEOID as i32,
-            pg_sys::Datum::from(pg_sys::MyDatabaseId),
-        );
-        if tuple.is_null() {
-            return false;
-        }
-        let data = (*tuple).t_data;
-        let form = (data as *const u8).add((*data).t_hoff as usize) as *const pg_sys::FormData_pg_database;
-        let template = (*form).datistemplate;
-        pg_sys::ReleaseSysCache(tuple);
-        template
-    }
-}
-
-/// The round's statements, planned once per worker and kept (the plan cache
-/// re-plans them if the tables change); prepared anew when the schema
-/// version changes.
-struct Plans {
-    schema: Schema,
-    /// The current schema only: [`READ_STATE_AT`].
-    read_state_at: Option<OwnedPreparedStatement>,
-    read_state: OwnedPreparedStatement,
-    read_private: OwnedPreparedStatement,
-    previous: OwnedPreparedStatement,
-    /// Events becoming final (0.1.0: recording their commit times too).
-    fetch_new: OwnedPreparedStatement,
-    /// The current schema only: events made final before, and the insert of
-    /// commit times.
-    recorded: Option<Recorded>,
-    save: OwnedPreparedStatement,
-    /// The current schema only: [`SAVE_FIRST`] (0.1.0's save does both).
-    save_first: Option<OwnedPreparedStatement>,
-}
-
-struct Recorded {
-    fetch: OwnedPreparedStatement,
-    insert_times: OwnedPreparedStatement,
+    Spi::connect_mut(|client| deliver(client, db, batch_size, phase, schema, log)).context("a delivery round")
 }
 
 thread_local! {
-    static PLANS: RefCell<Option<Rc<Plans>>> = const { RefCell::new(None) };
     /// The ctid of the `horizon_state` version the last round wrote.
     static WRITTEN: RefCell<Option<String>> = const { RefCell::new(None) };
     static LAST_NOTIFIED: RefCell<LastNotified> = RefCell::new(LastNotified::default());
@@ -394,49 +151,6 @@ impl LastNotified {
     }
 }
 
-fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plans>> {
-    if let Some(plans) = PLANS.with(|p| p.borrow().clone()).filter(|p| p.schema == schema) {
-        return Ok(plans);
-    }
-    let int8 = PgOid::BuiltIn(PgBuiltInOids::INT8OID);
-    let int8_array = PgOid::BuiltIn(PgBuiltInOids::INT8ARRAYOID);
-    let (read_state, read_private, fetch_new, save) = match schema {
-        Schema::Current => (READ_STATE, READ_PRIVATE, FETCH_NEW, SAVE),
-        Schema::V0_1 => (READ_STATE_V0_1, READ_PRIVATE_V0_1, FETCH_V0_1, SAVE_V0_1),
-    };
-    let range = [int8, int8, int8];
-    let text = PgOid::BuiltIn(PgBuiltInOids::TEXTOID);
-    let save_types = [int8, int8, int8, int8_array, int8, int8, text];
-    let recorded = match schema {
-        Schema::Current => Some(Recorded {
-            fetch: client.prepare(FETCH_RECORDED, &range)?.keep(),
-            insert_times: client
-                .prepare_mut(commit_times::INSERT, &commit_times::INSERT_TYPES.map(PgOid::from))?
-                .keep(),
-        }),
-        Schema::V0_1 => None,
-    };
-    let plans = Rc::new(Plans {
-        schema,
-        read_state_at: match schema {
-            Schema::Current => Some(client.prepare(READ_STATE_AT, &[text])?.keep()),
-            Schema::V0_1 => None,
-        },
-        read_state: client.prepare(read_state, &[])?.keep(),
-        read_private: client.prepare(read_private, &[])?.keep(),
-        previous: client.prepare(PREVIOUS, &[text, int8])?.keep(),
-        fetch_new: client.prepare_mut(fetch_new, &range)?.keep(),
-        recorded,
-        save: client.prepare_mut(save, &save_types)?.keep(),
-        save_first: match schema {
-            Schema::Current => Some(client.prepare_mut(SAVE_FIRST, &save_types)?.keep()),
-            Schema::V0_1 => None,
-        },
-    });
-    PLANS.with(|p| *p.borrow_mut() = Some(plans.clone()));
-    Ok(plans)
-}
-
 fn deliver(
     client: &mut SpiClient<'_>,
     db: pg_sys::Oid,
@@ -447,7 +161,7 @@ fn deliver(
 ) -> SpiResult<Round> {
     let plans = plans(client, schema)?;
     let phase = if schema == Schema::V0_1 { Phase::Combined } else { phase };
-    // Order matters (see horizon.rs): the newest allocated position first,
+    // Order matters (see litebase_streams_core::horizon): the newest allocated position first,
     // then the publishers' slots, then a fresh snapshot for the events.
     let written = WRITTEN.with(|w| w.borrow().clone());
     let at = match (&plans.read_state_at, written) {
@@ -468,7 +182,7 @@ fn deliver(
     let eras = Eras::read(schema, persisted_row.is_some(), written_by, state.get::<Vec<i64>>(5)?, persisted);
     let newest = max_allocated as i64;
     let held = shmem::held_positions(db);
-    crate::hold::enforce(max_allocated, &held);
+    crate::log::hold::enforce(max_allocated, &held);
     let horizon = (horizon::compute(max_allocated, held.iter().map(|(_, low)| *low)) as i64).max(persisted);
     let idle = Round::Done { horizon: persisted, delivered, newest, more: false };
     match phase {
@@ -652,7 +366,7 @@ fn read_events(
         let payload = encode_payload(&event);
         let channel = CString::new(stream).expect("stream names hold no NUL");
         let payload = CString::new(payload).expect("JSON text holds no NUL");
-        pg_decls::notify(&channel, &payload);
+        ffi::notify(&channel, &payload);
     }
     if let (Some(times), Some(recorded)) = (times, &plans.recorded) {
         warn_lost_commit_times(times.inexact() as i64, batch.after, last);

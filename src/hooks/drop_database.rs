@@ -1,5 +1,6 @@
-//! The ProcessUtility hook: gets a database's worker out of the way of
-//! `DROP DATABASE`, which refuses to drop a database anyone is connected to.
+//! The ProcessUtility hook: gets a database's workers out of the way of
+//! `DROP DATABASE`, which refuses to drop a database anyone is connected to,
+//! and frees the database's shared entry once it is gone.
 //!
 //! Every other statement passes straight to the next hook, through a frame
 //! that holds nothing to drop and converts no errors.
@@ -11,11 +12,13 @@
 //! worker is started again before the error goes on to the caller.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
 
 use pgrx::prelude::*;
 
-use crate::pg_decls::unguarded;
-use crate::worker;
+use crate::delivery::launcher;
+use crate::ffi::unguarded;
+use crate::shmem;
 
 static mut PREV_PROCESS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
 
@@ -112,18 +115,65 @@ unsafe extern "C-unwind" fn drop_database(call: *const Call, db: pg_sys::Oid) {
         // SAFETY: as above; the drop fails with PostgreSQL's own error.
         return unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| call.next()) };
     }
-    let was_running = worker::running(db);
+    let was_running = running(db);
     // A cancel while waiting for the worker to leave, or a failed drop, both
     // bring the worker back.
     PgTryBuilder::new(AssertUnwindSafe(|| {
-        worker::stop_for_drop(db);
+        stop_for_drop(db);
         // SAFETY: as above: an ERROR comes back as a panic caught below.
         unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| call.next()) }
     }))
     .catch_others(|error| {
-        worker::after_drop(db, false, was_running);
+        after_drop(db, false, was_running);
         error.rethrow()
     })
     .execute();
-    worker::after_drop(db, true, was_running);
+    after_drop(db, true, was_running);
+}
+
+/// Whether a worker serves database `db`.
+fn running(db: pg_sys::Oid) -> bool {
+    shmem::find_db(db).is_some_and(|entry| entry.worker_pid.load(Ordering::Acquire) != 0)
+}
+
+/// Make the worker of database `db` leave for good and wait until it has, so
+/// that DROP DATABASE does not find it connected.
+fn stop_for_drop(db: pg_sys::Oid) {
+    let Some(entry) = shmem::request_stop(db) else { return };
+    entry.wake_webhook_worker();
+    wait_for_exit(&entry.webhook_pid);
+    entry.wake_worker();
+    wait_for_exit(&entry.worker_pid);
+}
+
+/// Wait (up to 10 s) until the worker whose pid `pid` holds has left.
+fn wait_for_exit(pid: &std::sync::atomic::AtomicI32) {
+    for _ in 0..1000 {
+        if pid.load(Ordering::Acquire) == 0 {
+            break;
+        }
+        // SAFETY: in the DROP DATABASE backend's ProcessUtility hook, inside its transaction; an
+        // ERROR from CHECK_FOR_INTERRUPTS (a cancel) becomes a panic that drop_database re-raises.
+        unsafe {
+            pg_sys::pg_usleep(10_000);
+            pg_sys::check_for_interrupts!();
+        }
+    }
+}
+
+/// After DROP DATABASE: on success, free the database's entry (its OID may be
+/// reused); on failure, clear the stop request and start the worker again.
+fn after_drop(db: pg_sys::Oid, dropped: bool, was_running: bool) {
+    if dropped {
+        shmem::remember_dropped(db);
+    }
+    if let Some(entry) = shmem::find_db(db) {
+        entry.stop.store(false, Ordering::Release);
+        if dropped {
+            entry.forget();
+        }
+    }
+    if !dropped && was_running {
+        launcher::launch(db, None);
+    }
 }

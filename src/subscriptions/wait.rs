@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use pgrx::prelude::*;
 
+use crate::error::SpiContext;
 use crate::shmem::{self, ConsumerSlot};
 
 /// The longest single sleep: a safety net against a lost wake-up (the
@@ -28,7 +29,7 @@ impl Waiter {
     /// Wait up to `wait` for the horizon, and for claims of `subscription`
     /// (0: none) to be returned.
     pub fn new(wait: Duration, subscription: i32) -> Waiter {
-        crate::subscriptions::register_callbacks(); // also stops the wait at transaction end
+        super::claims::register_callbacks(); // also stops the wait at transaction end
         let slot = shmem::my_consumer_slot();
         if let Some(slot) = slot.filter(|_| !wait.is_zero()) {
             // SAFETY: MyDatabaseId is set once the backend connected; a plain read.
@@ -120,6 +121,9 @@ const STANDBY_RECHECK: Duration = Duration::from_millis(50);
 /// The horizon as the calling transaction's next statement will see it (under
 /// repeatable read, the transaction's snapshot), read as the caller.
 pub fn horizon_seen_by_transaction() -> i64 {
+    // The locks first (see lock_for_reading), then the snapshot, so that
+    // it sees whatever committed while they were waited for.
+    crate::log::catalog::lock_for_reading();
     // SAFETY: a plain call that returns a snapshot owned by the snapshot manager.
     let snapshot = unsafe { pg_sys::GetTransactionSnapshot() };
     // A read-only select (Spi::get_one would assign a transaction id: an
@@ -127,12 +131,12 @@ pub fn horizon_seen_by_transaction() -> i64 {
     with_active_snapshot(snapshot, || {
         Spi::connect(|client| {
             client
-                .select("SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h), 0)", Some(1), &[])?
+                .select("SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0)", Some(1), &[])?
                 .first()
                 .get_one::<i64>()
         })
     })
-    .unwrap_or_else(|e| crate::error::StreamsError::Spi { doing: "reading the horizon", error: e.to_string() }.raise())
+    .context("reading the horizon")
     .unwrap_or(0)
 }
 
@@ -157,12 +161,15 @@ pub fn isolation_is_snapshot() -> bool {
 
 /// An interval argument as a duration (months count 30 days); 22023 when
 /// negative.
-pub fn wait_duration(wait: &pgrx::datum::Interval, argument: &str) -> Result<Duration, crate::error::StreamsError> {
+pub fn wait_duration(
+    wait: &pgrx::datum::Interval,
+    argument: &'static str,
+) -> Result<Duration, crate::error::StreamsError> {
     let days = wait.months() as i64 * 30 + wait.days() as i64;
     let micros = days.checked_mul(86_400_000_000).and_then(|d| d.checked_add(wait.micros()));
     match micros {
         Some(micros) if micros >= 0 => Ok(Duration::from_micros(micros as u64)),
-        Some(_) => Err(crate::error::StreamsError::InvalidArgument(format!("{argument} must not be negative"))),
-        None => Err(crate::error::StreamsError::InvalidArgument(format!("{argument} is out of range"))),
+        Some(_) => Err(crate::error::StreamsError::NegativeInterval { argument }),
+        None => Err(crate::error::StreamsError::IntervalOutOfRange { argument }),
     }
 }

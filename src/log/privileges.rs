@@ -23,9 +23,9 @@ use std::collections::HashMap;
 use pgrx::prelude::*;
 use pgrx::IntoDatum;
 
-use crate::kept_plan::{spi, KeptPlan};
+use crate::log::kept_plan::{spi, KeptPlan};
 
-use crate::error::StreamsError;
+use crate::error::{SpiContext, StreamsError};
 use crate::shmem;
 
 /// Cached answers hold at most this many (role, stream) pairs.
@@ -154,15 +154,14 @@ fn ask_may_read_all(pattern: &str) -> bool {
             row.get::<Vec<String>>(2)?.unwrap_or_default(),
         ))
     });
-    let (all, grants) = answer
-        .unwrap_or_else(|e| StreamsError::Spi { doing: "checking read privileges", error: e.to_string() }.raise());
+    let (all, grants) = answer.context("checking read privileges");
     all || grants.iter().any(|grant| pattern_covers(grant, pattern))
 }
 
 /// Whether every stream `pattern` selects is selected by `grant`.
 fn pattern_covers(grant: &str, pattern: &str) -> bool {
     match pattern.strip_suffix('*') {
-        None => crate::notify::pattern_matches(grant, pattern),
+        None => litebase_streams_core::names::pattern_matches(grant, pattern),
         Some(prefix) => grant.strip_suffix('*').is_some_and(|granted| prefix.starts_with(granted)),
     }
 }
@@ -223,14 +222,14 @@ pub unsafe extern "C-unwind" fn litebase_streams_matches_support(fcinfo: pg_sys:
     pg_sys::Datum::from(0usize)
 }
 
-crate::pg_decls::function_info_v1!(pg_finfo_litebase_streams_matches_support);
+crate::ffi::function_info_v1!(pg_finfo_litebase_streams_matches_support);
 
 /// `streams._stream_matches(stream, patterns)`: whether `stream` is selected
 /// by any of `patterns` (exact names, `prefix.*`, `*`). Used by the
 /// `streams.events` view and `streams._may_publish`.
 #[pg_extern(immutable, strict, parallel_safe)]
 pub(crate) fn _stream_matches(stream: &str, patterns: pgrx::Array<&str>) -> bool {
-    patterns.iter().flatten().any(|pattern| crate::notify::pattern_matches(pattern, stream))
+    patterns.iter().flatten().any(|pattern| litebase_streams_core::names::pattern_matches(pattern, stream))
 }
 
 #[cfg(test)]

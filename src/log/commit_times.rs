@@ -26,7 +26,7 @@ use pgrx::prelude::*;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult};
 
 use crate::error::StreamsError;
-use crate::kept_plan::{spi, KeptPlan};
+use crate::log::kept_plan::{spi, KeptPlan};
 
 /// A run of more unused positions than this starts a new row.
 const MAX_GAP: i64 = 1024;
@@ -181,7 +181,7 @@ pub(crate) struct Compacted {
 /// start for a new table: a re-created log). Nothing when the database's
 /// schema has no commit times (0.1.0).
 pub(crate) fn compact(client: &mut SpiClient<'_>, done: &mut Compacted) -> SpiResult<()> {
-    let Some(log) = crate::delivery::log_with_commit_times() else { return Ok(()) };
+    let Some(log) = crate::log::catalog::log_with_commit_times() else { return Ok(()) };
     if done.log != log {
         *done = Compacted { log, settled: 0 };
     }
@@ -300,7 +300,7 @@ pub unsafe extern "C-unwind" fn litebase_streams_commit_time(fcinfo: pg_sys::Fun
     }
 }
 
-crate::pg_decls::function_info_v1!(pg_finfo_litebase_streams_commit_time);
+crate::ffi::function_info_v1!(pg_finfo_litebase_streams_commit_time);
 
 /// The row `_commit_time` read last, copied into the call site's memory
 /// context (palloc'd, freed with it: no Rust destructors).

@@ -10,15 +10,15 @@ use std::sync::atomic::Ordering;
 
 use pgrx::prelude::*;
 
-use crate::error::{OrRaise, StreamsError};
-use crate::horizon;
+use crate::error::{OrRaise, SpiContext};
 use crate::shmem::{self, NotifyState, WorkerState};
+use litebase_streams_core::horizon;
 
 /// The newest allocated position (0 before the first publish), read from the
 /// sequence without taking a transaction id.
 fn newest_position() -> i64 {
     Spi::connect(|client| client.select("SELECT streams._newest_position()", Some(1), &[])?.first().get_one::<i64>())
-        .unwrap_or_else(|e| StreamsError::Spi { doing: "reading streams.position_seq", error: e.to_string() }.raise())
+        .context("reading streams.position_seq")
         .unwrap_or(0)
 }
 

@@ -1,0 +1,17 @@
+//! The pure logic of litebase_streams, without pgrx or a server: shared by
+//! the extension, the gateway and client libraries, and tested with plain
+//! `cargo test -p litebase-streams-core`.
+//!
+//! * [`names`]: stream names and patterns (the naming rule);
+//! * [`payload`]: notification payloads (compact JSON, truncation);
+//! * [`horizon`]: the no-missed-event invariant and the horizon arithmetic;
+//! * [`backoff`]: the workers' retry schedules;
+//! * [`hosts`]: the address policy of webhook URLs;
+//! * [`signing`]: Standard Webhooks signatures and secrets.
+
+pub mod backoff;
+pub mod horizon;
+pub mod hosts;
+pub mod names;
+pub mod payload;
+pub mod signing;

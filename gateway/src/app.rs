@@ -1,0 +1,173 @@
+//! What the routes share: the application state, the connection count
+//! (SSE and WebSocket alike), the query of an event stream and where it
+//! starts. http.rs and ws.rs both build on it.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::Query;
+use serde::Deserialize;
+use tokio::sync::Notify;
+
+use crate::auth::Auth;
+use crate::db::Start;
+use crate::error::ApiError;
+use crate::hub::Hub;
+use crate::metrics;
+
+pub struct App {
+    pub hub: Arc<Hub>,
+    pub auth: Auth,
+    pub(crate) connections: AtomicUsize,
+    /// The latest /healthz answer and when it was asked: at most one health
+    /// query a second, however many requests come (it needs no token).
+    pub(crate) health: tokio::sync::Mutex<Option<(Instant, Result<serde_json::Value, ApiError>)>>,
+}
+
+/// The kill switch of the TCP connection a request came on (main.rs): the
+/// fan-out pulls it when the client falls behind its buffer, and the
+/// connection is closed whether or not the client reads.
+#[derive(Clone)]
+pub struct ConnKill(pub Arc<Notify>);
+
+#[derive(Debug, Default, Deserialize)]
+pub struct EventsQuery {
+    pub after: Option<String>,
+    pub since: Option<String>,
+    pub from_tx: Option<String>,
+    pub max_events: Option<String>,
+    pub access_token: Option<String>,
+}
+
+/// Counts an SSE or WebSocket connection while it lives.
+pub struct ConnGuard {
+    app: Arc<App>,
+    gauge: &'static ::metrics::Gauge,
+}
+
+impl ConnGuard {
+    pub fn new(app: &Arc<App>, websocket: bool) -> Result<ConnGuard, ApiError> {
+        if app.connections.fetch_add(1, Ordering::Relaxed) >= app.hub.cfg.max_connections {
+            app.connections.fetch_sub(1, Ordering::Relaxed);
+            return Err(ApiError::unavailable("too many connections (--max-connections)"));
+        }
+        let m = metrics::get();
+        let gauge = if websocket { &m.ws_connections } else { &m.sse_connections };
+        gauge.increment(1.0);
+        Ok(ConnGuard { app: app.clone(), gauge })
+    }
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.app.connections.fetch_sub(1, Ordering::Relaxed);
+        self.gauge.decrement(1.0);
+    }
+}
+
+/// The query string, or 400.
+pub fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    q.map(|Query(q)| q).map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))
+}
+
+/// Where to start: `Last-Event-ID` wins over `after`, `since` and `from_tx`
+/// (at most one of those); none is the beginning, as in replay.
+pub fn start_of(
+    last_event_id: Option<&str>,
+    after: Option<&str>,
+    since: Option<&str>,
+    from_tx: Option<&str>,
+) -> Result<Start, ApiError> {
+    let position = |text: &str, what: &str| {
+        text.trim()
+            .parse::<i64>()
+            .map_err(|_| ApiError::invalid_parameter(format!("{what} must be a position (an integer), not {text:?}")))
+    };
+    if let Some(id) = last_event_id.filter(|id| !id.is_empty()) {
+        return position(id, "Last-Event-ID").map(Start::After);
+    }
+    match (after, since, from_tx) {
+        (None, None, None) => Ok(Start::After(0)),
+        (Some(a), None, None) => position(a, "after").map(Start::After),
+        (None, Some(s), None) => Ok(Start::Since(s.to_owned())),
+        // xid8's input takes "1'or'1" as 1: only digits reach it.
+        (None, None, Some(x)) => match x.trim().parse::<u64>() {
+            Ok(xid) => Ok(Start::FromTx(xid.to_string())),
+            Err(_) => Err(ApiError::invalid_parameter(format!(
+                "from_tx must be a transaction id (an unsigned integer), not {x:?}"
+            ))),
+        },
+        _ => Err(ApiError::invalid_parameter("give at most one of after, since and from_tx")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The SQLSTATE and message of a refused start.
+    fn refused(result: Result<Start, ApiError>) -> (u16, Option<String>, String) {
+        let e = result.expect_err("a bad start is refused");
+        (e.status().as_u16(), e.sqlstate().map(str::to_owned), e.message().into_owned())
+    }
+
+    #[test]
+    fn no_start_is_the_beginning_and_each_parameter_is_read() {
+        assert_eq!(start_of(None, None, None, None).unwrap(), Start::After(0));
+        assert_eq!(start_of(None, Some("41"), None, None).unwrap(), Start::After(41));
+        assert_eq!(start_of(None, Some(" 41 "), None, None).unwrap(), Start::After(41));
+        assert_eq!(start_of(None, Some("-3"), None, None).unwrap(), Start::After(-3));
+        let since = "2024-01-01T00:00:00Z";
+        assert_eq!(start_of(None, None, Some(since), None).unwrap(), Start::Since(since.into()));
+        // The database reads `since` (a bad one is its 22007).
+        assert_eq!(start_of(None, None, Some("yesterday-ish"), None).unwrap(), Start::Since("yesterday-ish".into()));
+        assert_eq!(start_of(None, None, None, Some("7")).unwrap(), Start::FromTx("7".into()));
+        assert_eq!(start_of(None, None, None, Some(" 007 ")).unwrap(), Start::FromTx("7".into()));
+        assert_eq!(
+            start_of(None, None, None, Some("18446744073709551615")).unwrap(),
+            Start::FromTx(u64::MAX.to_string())
+        );
+    }
+
+    #[test]
+    fn last_event_id_wins_over_the_query() {
+        assert_eq!(start_of(Some("9"), None, None, None).unwrap(), Start::After(9));
+        assert_eq!(start_of(Some("9"), Some("1"), None, None).unwrap(), Start::After(9));
+        assert_eq!(start_of(Some("9"), Some("1"), Some("now"), Some("3")).unwrap(), Start::After(9));
+        // An empty one is none at all.
+        assert_eq!(start_of(Some(""), Some("1"), None, None).unwrap(), Start::After(1));
+        let (status, sqlstate, message) = refused(start_of(Some("abc"), Some("1"), None, None));
+        assert_eq!((status, sqlstate.as_deref()), (400, Some("22023")));
+        assert!(message.starts_with("Last-Event-ID must be a position"), "{message}");
+    }
+
+    #[test]
+    fn at_most_one_of_after_since_and_from_tx() {
+        for (after, since, from_tx) in
+            [(Some("1"), Some("now"), None), (Some("1"), None, Some("2")), (None, Some("now"), Some("2"))]
+        {
+            let (status, sqlstate, message) = refused(start_of(None, after, since, from_tx));
+            assert_eq!((status, sqlstate.as_deref()), (400, Some("22023")), "{after:?} {since:?} {from_tx:?}");
+            assert_eq!(message, "give at most one of after, since and from_tx");
+        }
+        let (status, sqlstate, _) = refused(start_of(None, Some("1"), Some("now"), Some("2")));
+        assert_eq!((status, sqlstate.as_deref()), (400, Some("22023")));
+    }
+
+    #[test]
+    fn bad_positions_and_transaction_ids_are_22023() {
+        for after in ["x", "1x", "", "1.5", "99999999999999999999"] {
+            let (status, sqlstate, message) = refused(start_of(None, Some(after), None, None));
+            assert_eq!((status, sqlstate.as_deref()), (400, Some("22023")), "{after:?}");
+            assert!(message.starts_with("after must be a position"), "{after:?}: {message}");
+        }
+        // xid8's input would take "1'or'1" as 1: only digits pass.
+        for from_tx in ["1'or'1", "-1", "1.5", "", "+", "0x10", "18446744073709551616"] {
+            let (status, sqlstate, message) = refused(start_of(None, None, None, Some(from_tx)));
+            assert_eq!((status, sqlstate.as_deref()), (400, Some("22023")), "{from_tx:?}");
+            assert!(message.starts_with("from_tx must be a transaction id"), "{from_tx:?}: {message}");
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! The worker's housekeeping between rounds, every [`SUMMARY_INTERVAL`]:
+//! summarising new BRIN ranges of the log and merging the short rows of
+//! commit times the rounds wrote. Neither makes an event final, so they
+//! commit without waiting for the WAL flush or synchronous standbys.
+
+use std::time::Duration;
+
+use pgrx::prelude::*;
+
+use super::runtime::{attempt, warn_failed};
+use crate::error::SpiContext;
+
+/// How often the worker summarises new BRIN ranges and merges commit times.
+pub(super) const SUMMARY_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Summarise the block ranges the log's BRIN indexes have not covered yet
+/// (they are created with autosummarize off: at high rates its per-range
+/// autovacuum requests overflow their queue and flood the server log). A
+/// failure is logged and retried at the next interval.
+pub(super) fn summarize_new_ranges() {
+    const SUMMARIZE: &str = "SELECT pg_catalog.brin_summarize_new_values(i.oid)
+        FROM pg_catalog.pg_class i
+        WHERE i.relnamespace = 'streams'::pg_catalog.regnamespace AND i.relam = (SELECT a.oid FROM pg_catalog.pg_am a WHERE a.amname = 'brin')";
+    let result = attempt(|| {
+        // Only the extension's own indexes: summarising runs index
+        // expressions, and the worker is a superuser.
+        if crate::log::catalog::extension_log().is_none() {
+            return;
+        }
+        commit_without_waiting();
+        Spi::run(SUMMARIZE).context("summarizing BRIN ranges")
+    });
+    match result {
+        // A lock timeout means autovacuum is on the table (and summarises too).
+        Err(failure) if failure.sqlstate != "55P03" => warn_failed("BRIN summarization", &failure, SUMMARY_INTERVAL),
+        _ => {}
+    }
+}
+
+/// Let the current maintenance transaction commit without waiting for the
+/// WAL flush or for synchronous standbys. It makes no event final (merged
+/// commit times keep their values; a crash that loses it leaves the rows as
+/// they were), so only rounds need `synchronous_commit = on`, and a
+/// maintenance write must not leave the worker waiting on an absent standby.
+fn commit_without_waiting() {
+    Spi::run("SET LOCAL synchronous_commit = off").context("setting synchronous_commit for maintenance");
+}
+
+/// Merge the short rows of commit times the rounds wrote (commit_times.rs).
+/// A failure is logged and retried at the next interval.
+pub(super) fn compact_commit_times(compacted: &mut crate::log::commit_times::Compacted) {
+    let result = attempt(|| {
+        commit_without_waiting();
+        Spi::connect_mut(|client| crate::log::commit_times::compact(client, compacted)).context("merging commit times")
+    });
+    if let Err(failure) = result {
+        warn_failed("merging commit times", &failure, SUMMARY_INTERVAL);
+    }
+}

@@ -1,0 +1,276 @@
+//! Polling: what an ordered subscription's token holder or an unordered
+//! subscription's consumers claim next, read with a snapshot taken after
+//! their claim's lock, and the acked chunks folded into the position.
+
+use pgrx::datum::DatumWithOid;
+use pgrx::prelude::*;
+use pgrx::spi::{SpiClient, SpiResult};
+
+use super::claims::{self, Hold, Key, CHUNK_WIDTH};
+use super::wait;
+use super::{Subscription, MAX_CHUNKS_PER_POLL};
+use crate::error::StreamsError;
+
+/// An ordered subscription: one transaction at a time holds its token. The
+/// holder continues after what it claimed; a new holder starts at the
+/// position, read after it got the token (so it sees the last holder's ack).
+pub(super) fn poll_ordered(
+    client: &mut SpiClient<'_>,
+    sub: &Subscription,
+    horizon: i64,
+    max: i64,
+) -> SpiResult<Vec<(i64, i64)>> {
+    let (start, newly_locked) = match claims::claimed_through(sub.id, Key::Token) {
+        Some(through) => (through, false),
+        None if claims::try_lock(sub.id, Key::Token, Hold::Exclusive) => (read_position(client, sub.id)?, true),
+        None => return Ok(Vec::new()),
+    };
+    let (count, last) = next_events(client, sub, start, horizon, max)?;
+    let Some(last) = last else {
+        if newly_locked {
+            claims::unlock(sub.id, Key::Token, Hold::Exclusive); // claimed nothing: the next poller may go on
+        }
+        return Ok(Vec::new());
+    };
+    if newly_locked {
+        // Lock the row the ack updates (no other poller waits on it: they
+        // wait for the token). Under repeatable read this fails with 40001
+        // if the position moved since the transaction's snapshot.
+        let rows = client.update(
+            "SELECT s.position FROM streams.subscription_state s WHERE s.id = $1 FOR NO KEY UPDATE",
+            None,
+            &[sub.id.into()],
+        )?;
+        let locked = if rows.is_empty() { None } else { rows.first().get::<i64>(1)? };
+        if locked != Some(start) {
+            // A seek committed in between: start again from its position.
+            claims::unlock(sub.id, Key::Token, Hold::Exclusive);
+            return poll_ordered(client, sub, horizon, max);
+        }
+    }
+    claims::add(sub.id, Key::Token, start, last, count);
+    Ok(vec![(start, count)])
+}
+
+/// An unordered subscription: take the lowest events of chunks no other
+/// transaction holds, at most [`MAX_CHUNKS_PER_POLL`] chunks.
+pub(super) fn poll_unordered(
+    client: &mut SpiClient<'_>,
+    sub: &Subscription,
+    horizon: i64,
+    max: i64,
+) -> SpiResult<Vec<(i64, i64)>> {
+    // Shared: other pollers go on; a seek or drop in progress keeps us out.
+    if !claims::try_lock(sub.id, Key::Token, Hold::Shared) {
+        return Ok(Vec::new());
+    }
+    let claimed = poll_chunks(client, sub, horizon, max)?;
+    if claimed.is_empty() {
+        claims::unlock(sub.id, Key::Token, Hold::Shared);
+    }
+    Ok(claimed)
+}
+
+fn poll_chunks(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64, max: i64) -> SpiResult<Vec<(i64, i64)>> {
+    let held = claims::chunks_claimed();
+    if held >= claims::MAX_CHUNKS_PER_TRANSACTION {
+        StreamsError::TooManyClaims { subscription: sub.name.clone(), chunks: held }.raise();
+    }
+    let lockable = MAX_CHUNKS_PER_POLL.min(claims::MAX_CHUNKS_PER_TRANSACTION - held);
+    let position = read_position(client, sub.id)?;
+    let page = (max * 2).max(100);
+    // (chunk, low, last position taken, count), in the order first taken.
+    let mut taken: Vec<(i64, i64, i64, i64)> = Vec::new();
+    let mut locked_here: Vec<i64> = Vec::new();
+    let mut total = 0;
+    let mut cursor = position;
+    'scan: loop {
+        let candidates = unprocessed_events(client, sub, cursor, horizon, page)?;
+        let exhausted = (candidates.len() as i64) < page;
+        for &event in &candidates {
+            cursor = event;
+            let chunk = claims::chunk_of(event);
+            let index = match taken.iter().position(|t| t.0 == chunk) {
+                Some(index) => index,
+                None => {
+                    let low = if let Some(through) = claims::claimed_through(sub.id, Key::Chunk(chunk)) {
+                        through
+                    } else if locked_here.len() < lockable
+                        && claims::try_lock(sub.id, Key::Chunk(chunk), Hold::Exclusive)
+                    {
+                        locked_here.push(chunk);
+                        // Read after taking the lock: the last holder's ack.
+                        processed_through(client, sub.id, chunk)?.max(chunk * CHUNK_WIDTH - 1)
+                    } else {
+                        // Another transaction holds it (or this poll locked
+                        // enough chunks): go on after it.
+                        cursor = (chunk + 1) * CHUNK_WIDTH - 1;
+                        if locked_here.len() >= lockable {
+                            break 'scan;
+                        }
+                        continue 'scan;
+                    };
+                    taken.push((chunk, low, low, 0));
+                    taken.len() - 1
+                }
+            };
+            let entry = &mut taken[index];
+            if event > entry.2 {
+                entry.2 = event;
+                entry.3 += 1;
+                total += 1;
+                if total == max {
+                    break 'scan;
+                }
+            }
+        }
+        if exhausted {
+            break;
+        }
+    }
+    let mut claimed = Vec::new();
+    for (chunk, low, last, count) in taken {
+        if count == 0 {
+            if locked_here.contains(&chunk) {
+                claims::unlock(sub.id, Key::Chunk(chunk), Hold::Exclusive);
+            }
+            continue;
+        }
+        claims::add(sub.id, Key::Chunk(chunk), low, last, count);
+        claimed.push((low, count));
+    }
+    claimed.sort_unstable();
+    Ok(claimed)
+}
+
+/// Move the position of an unordered subscription over the events whose
+/// chunks were acked (this transaction's acks included), and drop the
+/// progress rows below it. From `ack`, not `poll`: the update holds the row
+/// until the transaction ends, and a long poll that claimed nothing must not
+/// (a seek would wait for it). Skipped while another transaction does it.
+pub(super) fn fold_finished_chunks(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64) -> SpiResult<()> {
+    let position = read_position(client, sub.id)?;
+    let first = unprocessed_events(client, sub, position, horizon, 1)?;
+    let done_through = first.first().map_or(horizon, |&p| p - 1).max(position);
+    if claims::chunk_of(done_through + 1) <= claims::chunk_of(position + 1) {
+        return Ok(());
+    }
+    let args: [DatumWithOid; 3] = [sub.id.into(), position.into(), done_through.into()];
+    client.update(
+        "WITH mine AS (
+             SELECT s.id FROM streams.subscription_state s
+             WHERE s.id = $1 AND s.position = $2 FOR NO KEY UPDATE SKIP LOCKED
+         ), folded AS (
+             DELETE FROM streams.subscription_progress p USING mine
+             WHERE p.subscription = mine.id AND p.chunk < streams._chunk($3 + 1)
+             RETURNING p.acked_at
+         )
+         UPDATE streams.subscription_state s
+         SET position = $3,
+             last_ack_at = GREATEST(s.last_ack_at, (SELECT pg_catalog.max(f.acked_at) FROM folded f))
+         FROM mine WHERE s.id = mine.id",
+        None,
+        &args,
+    )?;
+    Ok(())
+}
+
+/// How many of the subscription's events `(after, upto]` holds, at most
+/// `limit`, and the position of the last of them.
+fn next_events(
+    client: &mut SpiClient<'_>,
+    sub: &Subscription,
+    after: i64,
+    upto: i64,
+    limit: i64,
+) -> SpiResult<(i64, Option<i64>)> {
+    let (sql, args) = events_query(sub, after, upto, limit, "");
+    let sql = format!("SELECT pg_catalog.count(*), pg_catalog.max(n.position) FROM ({sql}) n");
+    with_latest_snapshot(|| {
+        let rows = client.select(sql.as_str(), None, &args)?;
+        let row = rows.first();
+        Ok((row.get::<i64>(1)?.unwrap_or(0), row.get::<i64>(2)?))
+    })
+}
+
+/// Up to `limit` positions of the subscription's events in `(after, upto]`
+/// that no ack of their chunk processed.
+fn unprocessed_events(
+    client: &mut SpiClient<'_>,
+    sub: &Subscription,
+    after: i64,
+    upto: i64,
+    limit: i64,
+) -> SpiResult<Vec<i64>> {
+    let (sql, args) = events_query(
+        sub,
+        after,
+        upto,
+        limit,
+        "AND NOT EXISTS (SELECT FROM streams.subscription_progress p
+                         WHERE p.subscription = $4 AND p.chunk = streams._chunk(e.position)
+                           AND p.done_through >= e.position)",
+    );
+    with_latest_snapshot(|| {
+        client.select(sql.as_str(), None, &args)?.map(|row| row.get::<i64>(1).map(|p| p.unwrap_or(0))).collect()
+    })
+}
+
+/// The positions of the subscription's events in `(after, upto]`, at most
+/// `limit`, in order (`extra`: more conditions on `e`), and its arguments.
+fn events_query<'a>(
+    sub: &'a Subscription,
+    after: i64,
+    upto: i64,
+    limit: i64,
+    extra: &str,
+) -> (String, Vec<DatumWithOid<'a>>) {
+    let (filter, values) = sub.selector.sql_condition("e.stream", 5);
+    let sql = format!(
+        "SELECT e.position FROM streams.event_log e
+         WHERE e.position > $1 AND e.position <= $2 {filter} {extra}
+         ORDER BY e.position LIMIT $3"
+    );
+    let mut args: Vec<DatumWithOid> = vec![after.into(), upto.into(), limit.into(), sub.id.into()];
+    args.extend(values.into_iter().map(DatumWithOid::from));
+    (sql, args)
+}
+
+/// The position as committed now (a dropped subscription: raise).
+fn read_position(client: &mut SpiClient<'_>, id: i32) -> SpiResult<i64> {
+    let rows = with_latest_snapshot(|| {
+        client.select("SELECT s.position FROM streams.subscription_state s WHERE s.id = $1", None, &[id.into()])
+    })?;
+    if rows.is_empty() {
+        StreamsError::UnknownSubscription(format!("(id {id})")).raise();
+    }
+    Ok(rows.first().get::<i64>(1)?.unwrap_or(0))
+}
+
+/// How far the chunk's events are processed: its progress row, or the
+/// position. Both from one snapshot: a concurrent fold moves the position
+/// over the chunk and deletes its row in one transaction.
+fn processed_through(client: &mut SpiClient<'_>, id: i32, chunk: i64) -> SpiResult<i64> {
+    with_latest_snapshot(|| {
+        let rows = client.select(
+            "SELECT GREATEST(s.position, (SELECT p.done_through FROM streams.subscription_progress p
+                                          WHERE p.subscription = s.id AND p.chunk = $2))
+             FROM streams.subscription_state s WHERE s.id = $1",
+            None,
+            &[id.into(), chunk.into()],
+        )?;
+        if rows.is_empty() {
+            StreamsError::UnknownSubscription(format!("(id {id})")).raise();
+        }
+        Ok(rows.first().get::<i64>(1)?.unwrap_or(0))
+    })
+}
+
+/// Run reads with a snapshot taken now, not the calling statement's: after
+/// taking a claim's lock, the last holder's ack must be seen. (Once the
+/// transaction has written, SPI takes a fresh snapshot per statement under
+/// read committed anyway; unordered polls refuse snapshot isolation.)
+pub(super) fn with_latest_snapshot<R>(body: impl FnOnce() -> R) -> R {
+    // SAFETY: a plain call that returns a snapshot owned by the snapshot manager.
+    wait::with_active_snapshot(unsafe { pg_sys::GetLatestSnapshot() }, body)
+}
