@@ -91,11 +91,14 @@ pub(crate) fn create(name: &str, stream: &str, start: i64, ordered: bool) -> i32
         // per owner.
         StreamsError::DuplicateSubscription(name.to_owned()).raise();
     }
+    // ON CONFLICT without a target: names are unique per owner since 0.3.0,
+    // and across owners in a database still at 0.2.0, which this library
+    // serves too until ALTER EXTENSION ... UPDATE.
     let created = as_owner(|client| {
         let args: [DatumWithOid; 5] = [name.into(), stream.into(), ordered.into(), start.into(), caller.into()];
         let rows = client.update(
             "INSERT INTO streams.subscription_state (name, stream, ordered, position, owner)
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (owner, name) DO NOTHING RETURNING id",
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING id",
             None,
             &args,
         )?;
