@@ -142,9 +142,8 @@ mod tests {
         assert!(b > a);
     }
 
-    #[pg_test(
-        error = "invalid stream name \"bad name\": it contains a character outside [A-Za-z0-9_.:-]; a stream name is 1 to 63 bytes of letters, digits, '_', '.', ':' or '-', starting with a letter, digit or '_'"
-    )]
+    // errmsg alone; the reason is its errdetail, the rule its errhint.
+    #[pg_test(error = "invalid stream name \"bad name\"")]
     fn publish_rejects_a_bad_stream_name() {
         Spi::run("SELECT streams.publish('bad name', '{}')").unwrap();
     }
