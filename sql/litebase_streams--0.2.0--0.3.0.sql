@@ -169,6 +169,7 @@ COMMENT ON COLUMN streams.webhook_state.sending_upto IS
 -- 4. The horizon through its index (see streams.horizon_state in sql/streams.sql).
 ALTER TABLE streams.horizon_state DROP CONSTRAINT horizon_state_pkey;
 CREATE INDEX horizon_state_horizon ON streams.horizon_state (horizon);
+ALTER TABLE streams.horizon_state REPLICA IDENTITY FULL;
 -- horizon_state keeps one row without a unique key (see the table): the
 -- worker inserts it at its first round, a restore brings it, and a second
 -- one is refused, serialised by a lock so that two inserting transactions

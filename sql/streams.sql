@@ -92,6 +92,10 @@ CREATE TABLE streams.horizon_state (
     era_bounds        bigint[]
 );
 CREATE INDEX horizon_state_horizon ON streams.horizon_state (horizon);
+-- Logical decoding (wal2json and the like) sends a table's updates only when
+-- it has a replica identity; without a key that is the whole row (its old
+-- version goes to the WAL only under wal_level = logical).
+ALTER TABLE streams.horizon_state REPLICA IDENTITY FULL;
 
 -- Which log this is: a new id for every CREATE EXTENSION (also the one a
 -- restore runs), so a client can tell a re-created or restored log, whose

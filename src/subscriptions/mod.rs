@@ -66,6 +66,8 @@ pub(crate) struct Subscription {
 /// turns them into a position.
 #[pg_extern(sql = false)]
 fn _create_subscription(name: Option<&str>, stream: Option<&str>, start: Option<i64>, ordered: Option<bool>) {
+    // The readers' lock order first: an upgrade step takes it too.
+    crate::log::catalog::lock_for_reading();
     let name = name.ok_or(StreamsError::NullArgument("name")).or_raise();
     let stream = stream.ok_or(StreamsError::NullArgument("stream")).or_raise();
     let start = start.ok_or(StreamsError::NullArgument("after")).or_raise();
@@ -114,6 +116,8 @@ pub(crate) fn create(name: &str, stream: &str, start: i64, ordered: bool) -> i32
 /// `streams.drop_subscription(name)`: true if it existed.
 #[pg_extern(sql = false)]
 fn _drop_subscription(name: Option<&str>) -> bool {
+    // The readers' lock order first: an upgrade step takes it too.
+    crate::log::catalog::lock_for_reading();
     let name = name.ok_or(StreamsError::NullArgument("name")).or_raise();
     let Some(subscription) = find(name) else { return false };
     check_member(&subscription);
@@ -129,6 +133,8 @@ fn _drop_subscription(name: Option<&str>) -> bool {
 /// `streams._seek_subscription(name, start)`: behind `streams.seek`.
 #[pg_extern(sql = false)]
 fn _seek_subscription(name: Option<&str>, start: Option<i64>) {
+    // The readers' lock order first: an upgrade step takes it too.
+    crate::log::catalog::lock_for_reading();
     let name = name.ok_or(StreamsError::NullArgument("subscription")).or_raise();
     let start = start.ok_or(StreamsError::NullArgument("after")).or_raise();
     if start < 0 {
@@ -159,6 +165,8 @@ fn _poll(
     max_events: Option<i32>,
     wait: Option<Interval>,
 ) -> TableIterator<'static, (name!(stream, String), name!(after, i64), name!(count, i32))> {
+    // The readers' lock order first: an upgrade step takes it too.
+    crate::log::catalog::lock_for_reading();
     let name = subscription.ok_or(StreamsError::NullArgument("subscription")).or_raise();
     let max_events = max_events.ok_or(StreamsError::NullArgument("max_events")).or_raise();
     let wait = wait.ok_or(StreamsError::NullArgument("wait")).or_raise();
@@ -203,6 +211,8 @@ fn _poll(
 /// `through` is processed.
 #[pg_extern(sql = false)]
 fn _ack(subscription: Option<&str>, through: Option<i64>) {
+    // The readers' lock order first: an upgrade step takes it too.
+    crate::log::catalog::lock_for_reading();
     let name = subscription.ok_or(StreamsError::NullArgument("subscription")).or_raise();
     let through = through.ok_or(StreamsError::NullArgument("through")).or_raise();
     let subscription = open(name);

@@ -50,6 +50,8 @@ fn _create_webhook(
     secret: Option<&str>,
     batch: Option<i32>,
 ) -> String {
+    // The readers' lock order first: an upgrade step takes it too.
+    crate::log::catalog::lock_for_reading();
     let name = name.ok_or(StreamsError::NullArgument("name")).or_raise();
     let stream = stream.ok_or(StreamsError::NullArgument("stream")).or_raise();
     let url = url.ok_or(StreamsError::NullArgument("url")).or_raise();
@@ -85,6 +87,8 @@ fn _create_webhook(
 /// `streams.drop_webhook(name)`: true if it existed.
 #[pg_extern(sql = false)]
 fn _drop_webhook(name: Option<&str>) -> bool {
+    // The readers' lock order first: an upgrade step takes it too.
+    crate::log::catalog::lock_for_reading();
     let name = name.ok_or(StreamsError::NullArgument("name")).or_raise();
     let Some(webhook) = subscriptions::find(name).filter(|s| s.webhook) else { return false };
     subscriptions::check_member(&webhook);
@@ -99,6 +103,8 @@ fn _drop_webhook(name: Option<&str>) -> bool {
 /// `streams.pause_webhook(name)`.
 #[pg_extern(sql = false)]
 fn _pause_webhook(name: Option<&str>) {
+    // The readers' lock order first: an upgrade step takes it too.
+    crate::log::catalog::lock_for_reading();
     let webhook = open(name);
     as_owner(|client| {
         client.update(
@@ -115,6 +121,8 @@ fn _pause_webhook(name: Option<&str>) {
 /// with the next attempt at once and the failure count reset.
 #[pg_extern(sql = false)]
 fn _resume_webhook(name: Option<&str>) {
+    // The readers' lock order first: an upgrade step takes it too.
+    crate::log::catalog::lock_for_reading();
     let webhook = open(name);
     as_owner(|client| {
         client.update(

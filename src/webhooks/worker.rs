@@ -211,6 +211,9 @@ fn serve(entry: &'static DbEntry) {
             if !extension_installed() || crate::log::catalog::database_is_template() {
                 return None;
             }
+            // The turn writes the webhooks' rows, then reads the horizon:
+            // the readers' lock order first, as an upgrade step takes it.
+            crate::log::catalog::lock_for_reading();
             Some(Spi::connect_mut(|client| {
                 // A copy: if the turn fails, its transaction rolls back and the reports stay to record.
                 let unrecorded = record(client, reports.clone())?;
