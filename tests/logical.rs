@@ -25,7 +25,18 @@ use common::*;
 
 /// `pg_recvlogical --start` writing wal2json (format 2, one JSON document per
 /// change) of `streams.event_log` to `out`.
-fn start_consumer(cluster: &ScratchCluster, out: &Path) -> Child {
+/// pg_recvlogical, killed on drop (also when a test fails: it would
+/// otherwise keep reconnecting to the stopped scratch server).
+struct Consumer(Child);
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_consumer(cluster: &ScratchCluster, out: &Path) -> Consumer {
     let bindir = std::env::var("LITEBASE_STREAMS_PG_BINDIR").unwrap();
     let mut args = cluster.libpq_args();
     args.extend(
@@ -50,7 +61,7 @@ fn start_consumer(cluster: &ScratchCluster, out: &Path) -> Child {
         .map(String::from),
     );
     args.push(out.to_str().unwrap().to_owned());
-    Command::new(format!("{bindir}/pg_recvlogical")).args(&args).spawn().expect("pg_recvlogical starts")
+    Consumer(Command::new(format!("{bindir}/pg_recvlogical")).args(&args).spawn().expect("pg_recvlogical starts"))
 }
 
 /// A change the consumer read, in arrival order.
@@ -135,7 +146,7 @@ fn events_leave_through_logical_decoding_once_each_across_a_consumer_restart() {
     let out = std::env::temp_dir().join(format!("lbs-logical-{}.jsonl", std::process::id()));
     let _ = std::fs::remove_file(&out);
 
-    let mut consumer = start_consumer(&cluster, &out);
+    let consumer = start_consumer(&cluster, &out);
     // Interleaved transactions: positions are taken in one order and
     // committed in another; one transaction rolls back.
     let mut first = cluster.connect("app");
@@ -155,13 +166,12 @@ fn events_leave_through_logical_decoding_once_each_across_a_consumer_restart() {
     });
 
     // The consumer stops (as a crash would) and comes back from the slot.
-    consumer.kill().unwrap();
-    consumer.wait().unwrap();
+    drop(consumer);
     for i in 0..50 {
         publish(&mut c, if i % 2 == 0 { "orders" } else { "payments" }, "{}");
     }
     c.batch_execute("SELECT streams.publish_batch('bulk', ARRAY['{}', '{}', '{}']::jsonb[])").unwrap();
-    let mut consumer = start_consumer(&cluster, &out);
+    let consumer = start_consumer(&cluster, &out);
     let committed: BTreeMap<i64, String> = c
         .query("SELECT position, stream FROM streams.event_log ORDER BY position", &[])
         .unwrap()
@@ -172,8 +182,7 @@ fn events_leave_through_logical_decoding_once_each_across_a_consumer_restart() {
     wait_until("the restarted consumer receives everything and a horizon past it", Duration::from_secs(30), || {
         released_in_position_order(&changes(&out)).last() == Some(&last)
     });
-    consumer.kill().unwrap();
-    consumer.wait().unwrap();
+    drop(consumer);
     let got = received(&out);
     let arrived = changes(&out);
     let _ = std::fs::remove_file(&out);
