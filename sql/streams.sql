@@ -306,7 +306,7 @@ COMMENT ON FUNCTION streams.horizon() IS 'The highest final position: no event a
 -- True as soon as the event at `position` is final: the caller's next
 -- statement sees it in streams.events (read-your-writes after a COMMIT, and
 -- tests). False when `timeout` passes first. Sleeps until the worker moves
--- the horizon (src/waiting.rs, shared with subscriptions' long polls); needs
+-- the horizon (src/subscriptions/wait.rs, shared with long polls); needs
 -- READ COMMITTED to wait (0A000 otherwise).
 CREATE FUNCTION streams.wait("position" bigint, timeout interval DEFAULT '5s') RETURNS boolean
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_wait_wrapper';
@@ -464,7 +464,7 @@ $$;
 -- commits and every transaction that published before it has finished.
 -- Runs as the caller, who needs the 'publish' privilege on the stream
 -- (streams.grant; 42501 otherwise), and writes as the log's owner: nobody
--- needs access to the tables. Implemented in Rust (src/publish.rs): a
+-- needs access to the tables. Implemented in Rust (src/log/publish.rs): a
 -- position, then the row appended as an INSERT would (src/append.rs).
 CREATE FUNCTION streams.publish(stream text, data jsonb) RETURNS bigint
 LANGUAGE c VOLATILE
