@@ -5,7 +5,8 @@
     python3 scripts/import-cycles.py DIR ...    # other crate roots
 
 A module's file refers to another when it names it through `crate::`,
-`super::` or one of its own child modules (`use`, a path in code). A module
+`super::` or one of its own child modules (`use`, a path in code); a name a
+module re-exports (`pub use child::name`) is taken from the child. A module
 that declares or re-exports its children does not count as using them: a
 folder's mod.rs is the room's door, and its children may use what it holds.
 Every strongly connected group of two or more files is a cycle. Exit status
@@ -39,15 +40,46 @@ def modules(root):
     return found
 
 
-def resolve(mods, segments):
-    """The longest known module prefix of a path."""
+REEXPORT = re.compile(r"^\s*pub(?:\([^)]*\))?\s+use\s+(?:self::)?(\w+)::(?:\{([^}]*)\}|(\w+|\*))", re.M)
+DEFINES = r"^\s*pub(?:\([^)]*\))?\s+(?:unsafe\s+)?(?:fn|struct|enum|const|static|trait|type|mod)\s+{}\b"
+
+
+def reexports(mods):
+    """module -> {name: child module} for its `pub use child::name` (and
+    `child::*`, for the names the child defines)."""
+    found = {}
+    for module, path in mods.items():
+        names = {}
+        for child, group, single in REEXPORT.findall(COMMENT.sub("", path.read_text())):
+            target = module + (child,)
+            if target not in mods:
+                continue
+            items = [i.strip().split(" as ")[-1] for i in group.split(",")] if group else [single]
+            for item in items:
+                names[item] = target
+        found[module] = names
+    return found
+
+
+def resolve(mods, segments, exported=None):
+    """The module a path names: its longest known module prefix, or the
+    child a module's `pub use` re-exports the next name from."""
     for end in range(len(segments), -1, -1):
-        if tuple(segments[:end]) in mods:
-            return tuple(segments[:end])
+        module = tuple(segments[:end])
+        if module in mods:
+            names = (exported or {}).get(module, {})
+            if end < len(segments):
+                name = segments[end]
+                if name in names:
+                    return names[name]
+                for star, child in names.items():
+                    if star == "*" and re.search(DEFINES.format(re.escape(name)), mods[child].read_text(), re.M):
+                        return child
+            return module
     return None
 
 
-def references(mods, module, text):
+def references(mods, module, text, exported):
     text = COMMENT.sub("", text)
     base = {"crate": [], "self": list(module), "super": list(module[:-1])}
     found = set()
@@ -58,7 +90,7 @@ def references(mods, module, text):
         while "super" in segments:
             i = segments.index("super")
             segments = segments[: i - 1] + segments[i + 1 :]
-        target = resolve(mods, segments)
+        target = resolve(mods, segments, exported)
         if target is not None:
             found.add(target)
 
@@ -113,7 +145,8 @@ def main():
     bad = False
     for root in roots:
         mods = modules(root)
-        graph = {m: references(mods, m, path.read_text()) for m, path in mods.items()}
+        exported = reexports(mods)
+        graph = {m: references(mods, m, path.read_text(), exported) for m, path in mods.items()}
         edges = sum(len(v) for v in graph.values())
         found = cycles(graph)
         name = root.relative_to(REPO) if root.is_relative_to(REPO) else root

@@ -2,7 +2,9 @@
 //! its own (`attempt`, `in_transaction`), an error caught and handed back as
 //! a [`Failure`] (message and SQLSTATE) instead of ending the process, the
 //! session settings every worker pins at start, and the warning a failure
-//! logs. The delivery worker and the webhook worker both run on it.
+//! logs, and what a worker checks before and between its steps (a dropped
+//! database, a shutdown). The delivery worker and the webhook worker both
+//! run on it.
 
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
@@ -11,7 +13,7 @@ use pgrx::pg_sys::panic::CaughtError;
 use pgrx::prelude::*;
 
 use crate::error::SpiContext;
-use crate::shmem::NotifyState;
+use crate::shmem::{self, NotifyState};
 
 /// Session settings the worker's correctness depends on, set at session
 /// level so that no `ALTER DATABASE/ROLE ... SET` (applied at connect) can
@@ -163,4 +165,22 @@ fn describe(error: CaughtError) -> Failure {
 /// The five-character form of a packed SQLSTATE (PGUNSIXBIT in elog.h).
 fn sqlstate(code: i32) -> String {
     (0..5).map(|i| char::from(b'0' + ((code >> (6 * i)) & 0x3f) as u8)).collect()
+}
+
+/// Whether this worker, restarted by the postmaster after its database was
+/// dropped, leaves (exit code 0, never restarted) instead of failing to
+/// connect (exit code 1, restarted every second). See
+/// [`shmem::remember_dropped`].
+pub(crate) fn left_for_a_dropped_database(db: pg_sys::Oid, which: &str) -> bool {
+    let dropped = shmem::was_dropped(db);
+    if dropped {
+        log!("litebase_streams {which} for database {}: the database was dropped; not restarting", db.to_u32());
+    }
+    dropped
+}
+
+/// Whether SIGTERM asked this worker to exit.
+pub(crate) fn shutdown_requested() -> bool {
+    // SAFETY: a sig_atomic_t set only by the SIGTERM handler, read volatile through a raw pointer.
+    unsafe { std::ptr::read_volatile(&raw const pg_sys::ShutdownRequestPending) != 0 }
 }

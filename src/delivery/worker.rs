@@ -33,7 +33,10 @@ use pgrx::prelude::*;
 
 use super::maintenance::{compact_commit_times, summarize_new_ranges, SUMMARY_INTERVAL};
 use super::round::{Phase, Round};
-use super::runtime::{attempt, extension_installed, in_transaction, pin_session_settings, warn_failed, Failure};
+use super::runtime::{
+    attempt, extension_installed, in_transaction, left_for_a_dropped_database, pin_session_settings,
+    shutdown_requested, warn_failed, Failure,
+};
 use crate::gucs;
 use crate::shmem::{self, Attach, DbEntry, NotifyState, Server, WorkerState};
 use litebase_streams_core::backoff::backoff_after;
@@ -64,18 +67,6 @@ pub extern "C-unwind" fn litebase_streams_worker_main(arg: pg_sys::Datum) {
     log!("litebase_streams worker started for database {}", db.to_u32());
     start_webhook_worker(db);
     serve(db, entry);
-}
-
-/// Whether this worker, restarted by the postmaster after its database was
-/// dropped, leaves (exit code 0, never restarted) instead of failing to
-/// connect (exit code 1, restarted every second). See
-/// [`shmem::remember_dropped`].
-pub(crate) fn left_for_a_dropped_database(db: pg_sys::Oid, which: &str) -> bool {
-    let dropped = shmem::was_dropped(db);
-    if dropped {
-        log!("litebase_streams {which} for database {}: the database was dropped; not restarting", db.to_u32());
-    }
-    dropped
 }
 
 /// A worker started by a transaction (CREATE EXTENSION, create_webhook)
@@ -138,11 +129,6 @@ static LEAVING_FOR_GOOD: std::sync::atomic::AtomicBool = std::sync::atomic::Atom
 unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
     let entry = &*(arg.cast_mut_ptr::<DbEntry>() as *const DbEntry);
     shmem::detach(entry, Server::Worker, pg_sys::MyProcPid, LEAVING_FOR_GOOD.load(Ordering::Acquire));
-}
-
-pub(crate) fn shutdown_requested() -> bool {
-    // SAFETY: a sig_atomic_t set only by the SIGTERM handler, read volatile through a raw pointer.
-    unsafe { std::ptr::read_volatile(&raw const pg_sys::ShutdownRequestPending) != 0 }
 }
 
 /// The main loop: a round whenever woken, backoff after failures.

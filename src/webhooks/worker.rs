@@ -124,7 +124,7 @@ fn webhooks_installed() -> bool {
 pub extern "C-unwind" fn litebase_streams_webhook_worker_main(arg: pg_sys::Datum) {
     let db = pg_sys::Oid::from(arg.value() as u32);
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
-    if crate::delivery::worker::left_for_a_dropped_database(db, "webhook worker") {
+    if crate::delivery::runtime::left_for_a_dropped_database(db, "webhook worker") {
         return;
     }
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(db), None);
@@ -185,7 +185,7 @@ fn serve(entry: &'static DbEntry) {
         if entry.stop.load(Ordering::Acquire) {
             return; // DROP DATABASE waits for us; exit 0
         }
-        if crate::delivery::worker::shutdown_requested() {
+        if crate::delivery::runtime::shutdown_requested() {
             // SAFETY: outside any transaction; proc_exit runs detach and never returns.
             unsafe { pg_sys::proc_exit(1) };
         }
