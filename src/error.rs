@@ -123,9 +123,7 @@ impl Described {
 
 /// The naming rule, as a hint.
 fn name_rule_hint() -> String {
-    let mut rule = STREAM_NAME_RULE.to_owned();
-    rule[..1].make_ascii_uppercase();
-    rule + "."
+    sentence(STREAM_NAME_RULE)
 }
 
 /// A reason ("it is empty") as a sentence ("It is empty.").

@@ -154,7 +154,7 @@ pub fn forget_dropped(db: pg_sys::Oid) {
 
 /// The entry of database `db`, if one was claimed.
 pub fn find_db(db: pg_sys::Oid) -> Option<&'static DbEntry> {
-    db_entries_of(header()).iter().find(|e| e.db.load(Ordering::Acquire) == db.to_u32())
+    entry_of(db_entries_of(header()), db)
 }
 
 /// The entry of database `db`, claiming a free one if needed. `None` when the
@@ -177,8 +177,13 @@ fn with_db_lock<T>(f: impl FnOnce(&'static [DbEntry]) -> T) -> T {
     result
 }
 
+/// The entry claimed for database `db`, if any.
+fn entry_of(entries: &'static [DbEntry], db: pg_sys::Oid) -> Option<&'static DbEntry> {
+    entries.iter().find(|e| e.is_for(db))
+}
+
 fn find_or_claim(entries: &'static [DbEntry], db: pg_sys::Oid) -> Option<&'static DbEntry> {
-    entries.iter().find(|e| e.db.load(Ordering::Acquire) == db.to_u32()).or_else(|| {
+    entry_of(entries, db).or_else(|| {
         let free = entries.iter().find(|e| e.db.load(Ordering::Acquire) == 0)?;
         free.db.store(db.to_u32(), Ordering::Release);
         Some(free)
@@ -262,7 +267,7 @@ pub fn detach(entry: &DbEntry, server: Server, pid: i32, for_good: bool) {
 /// template, and so never attached.
 pub fn release_if_unused(db: pg_sys::Oid) {
     with_db_lock(|entries| {
-        if let Some(entry) = entries.iter().find(|e| e.db.load(Ordering::Acquire) == db.to_u32()) {
+        if let Some(entry) = entry_of(entries, db) {
             if entry.unused() {
                 entry.forget();
             }
@@ -275,7 +280,7 @@ pub fn release_if_unused(db: pg_sys::Oid) {
 /// be freed and given to another database in between. The entry, if any.
 pub fn request_stop(db: pg_sys::Oid) -> Option<&'static DbEntry> {
     with_db_lock(|entries| {
-        let entry = entries.iter().find(|e| e.db.load(Ordering::Acquire) == db.to_u32())?;
+        let entry = entry_of(entries, db)?;
         entry.stop.store(true, Ordering::Release);
         Some(entry)
     })

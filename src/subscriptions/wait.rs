@@ -84,6 +84,8 @@ impl Drop for Waiter {
 #[pg_extern(sql = false)]
 fn _wait(position: Option<i64>, timeout: Option<pgrx::datum::Interval>) -> bool {
     use crate::error::{OrRaise, StreamsError};
+    // The readers' lock order first: an upgrade step takes it too.
+    crate::log::catalog::lock_for_reading();
     let position = position.ok_or(StreamsError::NullArgument("position")).or_raise();
     let timeout = timeout.ok_or(StreamsError::NullArgument("timeout")).or_raise();
     let timeout = wait_duration(&timeout, "timeout").or_raise();
@@ -119,11 +121,11 @@ fn recheck_after() -> Duration {
 const STANDBY_RECHECK: Duration = Duration::from_millis(50);
 
 /// The horizon as the calling transaction's next statement will see it (under
-/// repeatable read, the transaction's snapshot), read as the caller.
+/// repeatable read, the transaction's snapshot), read as the caller. The
+/// SQL entry points that call it took the readers' locks first
+/// (`lock_for_reading`), so the snapshot taken here sees whatever committed
+/// while they were waited for.
 pub fn horizon_seen_by_transaction() -> i64 {
-    // The locks first (see lock_for_reading), then the snapshot, so that
-    // it sees whatever committed while they were waited for.
-    crate::log::catalog::lock_for_reading();
     // SAFETY: a plain call that returns a snapshot owned by the snapshot manager.
     let snapshot = unsafe { pg_sys::GetTransactionSnapshot() };
     // A read-only select (Spi::get_one would assign a transaction id: an

@@ -164,24 +164,28 @@ fn retry_delay(attempts: i32) -> Duration {
     Duration::from_millis(full - jitter)
 }
 
-const LOAD: &str = "
-SELECT s.id, s.name::text, s.stream::text, s.owner::oid, s.position, w.url, w.secret, w.batch,
+/// The statement that reads the webhooks, with `$sending` as the batch in
+/// flight's last position.
+macro_rules! load {
+    ($sending:literal) => {
+        concat!(
+            "SELECT s.id, s.name::text, s.stream::text, s.owner::oid, s.position, w.url, w.secret, w.batch,
        NOT w.paused AND w.disabled_at IS NULL,
-       GREATEST(0, pg_catalog.ceil(EXTRACT(epoch FROM w.next_attempt_at - pg_catalog.clock_timestamp()) * 1000))::bigint,
-       w.sending_upto
+       GREATEST(0, pg_catalog.ceil(EXTRACT(epoch FROM w.next_attempt_at - pg_catalog.clock_timestamp()) * 1000))::bigint, ",
+            $sending,
+            "
 FROM streams.webhook_state w JOIN streams.subscription_state s ON s.id = w.subscription
-ORDER BY s.id";
+ORDER BY s.id"
+        )
+    };
+}
+
+const LOAD: &str = load!("w.sending_upto");
 
 /// [`LOAD`] for a database still at 0.2.0 (no `sending_upto`: until
 /// `ALTER EXTENSION litebase_streams UPDATE`, a retry after a crash may
 /// carry more events under another id).
-const LOAD_V0_2: &str = "
-SELECT s.id, s.name::text, s.stream::text, s.owner::oid, s.position, w.url, w.secret, w.batch,
-       NOT w.paused AND w.disabled_at IS NULL,
-       GREATEST(0, pg_catalog.ceil(EXTRACT(epoch FROM w.next_attempt_at - pg_catalog.clock_timestamp()) * 1000))::bigint,
-       NULL::bigint
-FROM streams.webhook_state w JOIN streams.subscription_state s ON s.id = w.subscription
-ORDER BY s.id";
+const LOAD_V0_2: &str = load!("NULL::bigint");
 
 /// Writes down the batch about to be sent (see `Webhook::sending_upto`).
 /// Skips a row its owner holds locked (returning nothing): that webhook

@@ -274,7 +274,7 @@ fn serve(entry: &'static DbEntry) {
                 next_due = next_due.min(webhook.due_in);
                 continue;
             }
-            if in_flight.len() >= max_concurrency() || built >= MAX_BYTES_BUILT_PER_TURN {
+            if in_flight.len() >= gucs::webhook_max_concurrency() || built >= MAX_BYTES_BUILT_PER_TURN {
                 again = true; // the rest next turn, after recording what finished
                 break;
             }
@@ -331,11 +331,6 @@ fn serve(entry: &'static DbEntry) {
             unsafe { pg_sys::proc_exit(1) };
         }
     }
-}
-
-/// `litebase_streams.webhook_max_concurrency`: requests in flight at once.
-fn max_concurrency() -> usize {
-    gucs::webhook_max_concurrency()
 }
 
 fn failed(webhook: &Webhook, after: i64, last: i64, error: String, disable: bool) -> Report {
