@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{base_config, wait_until, TestDb, TestRole};
+use super::{base_config, wait_for_horizon, wait_until, TestDb, TestRole};
 
 pub const SECRET: &str = "gateway-test-secret";
 
@@ -231,10 +231,16 @@ impl Setup {
         role
     }
 
-    /// Positions of the final events of streams starting with `prefix`, as the owner sees them.
+    /// Positions of the events of streams starting with `prefix`, as the
+    /// owner sees them, once the horizon has passed every event committed so
+    /// far (a writer's last commit may not be final yet when it stops).
     pub fn positions(&self, prefix: &str) -> Vec<i64> {
-        self.db
-            .connect()
+        let mut owner = self.db.connect();
+        let newest: Option<i64> = owner.query_one("SELECT max(position) FROM streams.event_log", &[]).unwrap().get(0);
+        if let Some(newest) = newest {
+            wait_for_horizon(&mut owner, newest);
+        }
+        owner
             .query("SELECT position FROM streams.events WHERE starts_with(stream, $1) ORDER BY position", &[&prefix])
             .unwrap()
             .iter()
