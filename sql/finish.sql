@@ -52,11 +52,16 @@ GRANT EXECUTE ON FUNCTION streams._replay_check(bigint, timestamptz, xid8),
     streams._reads_all(), streams._read_patterns(), streams._may_publish(text) TO PUBLIC;
 
 -- Subscriptions: each function checks its caller; the tables stay the owner's alone.
-GRANT SELECT ON streams.subscriptions TO PUBLIC;
-GRANT EXECUTE ON FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean),
+GRANT SELECT ON streams.subscriptions, streams.dead_letters TO PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, integer, interval, interval, boolean),
+    streams.alter_subscription(text, integer, interval, interval, boolean),
     streams.drop_subscription(text), streams.poll(text, integer, interval), streams.ack(text, bigint),
-    streams.seek(text, bigint, timestamptz, xid8), streams._create_subscription(text, text, bigint, boolean),
-    streams._seek_subscription(text, bigint), streams._poll(text, integer, interval), streams._chunk(bigint),
+    streams.nack(text, bigint, interval, text), streams.retry_dead_letter(text, bigint),
+    streams.discard_dead_letter(text, bigint),
+    streams.seek(text, bigint, timestamptz, xid8),
+    streams._create_subscription(text, text, bigint, boolean, integer, interval, interval, boolean),
+    streams._seek_subscription(text, bigint), streams._claim(text, integer, interval), streams._chunk(bigint),
     streams._claims(), streams._start_position(text, bigint, timestamptz, xid8) TO PUBLIC;
 
 -- Webhooks: creating one is a privilege of its own, for nobody until granted:

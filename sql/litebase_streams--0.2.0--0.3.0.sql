@@ -16,6 +16,8 @@
 --    horizon_state loses its primary key, whose check visited them all.
 -- 5. streams.status says what the transaction holding the horizon back
 --    waits for (holder_waits_for): synchronous replication, its client.
+-- 6. Attempts, nack and backoff, max_attempts and dead letters,
+--    alter_subscription, create_subscription(if_not_exists).
 
 \echo Use "ALTER EXTENSION litebase_streams UPDATE TO '0.3.0'" to load this file. \quit
 
@@ -232,3 +234,264 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
                     = (SELECT streams._era(max(hit.position), bounds.b) FROM hit))
     END
 $$;
+
+-- 6. Consumers that survive failing events: every poll's delivery is
+--    written down (by the worker) before the events are returned, so each
+--    event carries its attempt; nack with backoff, max_attempts, dead
+--    letters that copy nothing, if_not_exists.
+LOCK TABLE streams.subscription_state IN ACCESS EXCLUSIVE MODE;
+ALTER TABLE streams.subscription_state
+    ADD COLUMN max_attempts integer CHECK (max_attempts BETWEEN 1 AND 1000),
+    ADD COLUMN backoff_min interval NOT NULL DEFAULT '1 second',
+    ADD COLUMN backoff_max interval NOT NULL DEFAULT '10 minutes';
+-- How often each event was handed out and not yet settled (acked, parked,
+-- discarded): every event of the subscription in (low, high] was
+-- delivered `attempts` times, last to the backend with pid delivered_to
+-- that started at delivered_to_start. Written by the database's worker in
+-- transactions of its own before a poll returns (src/subscriptions/attempts.rs),
+-- trimmed by acks.
+CREATE TABLE streams.subscription_deliveries (
+    subscription       integer NOT NULL REFERENCES streams.subscription_state (id) ON DELETE CASCADE,
+    low                bigint NOT NULL,
+    high               bigint NOT NULL CHECK (high > low),
+    attempts           integer NOT NULL CHECK (attempts > 0),
+    delivered_to       integer NOT NULL,
+    delivered_to_start timestamptz NOT NULL,
+    delivered_at       timestamptz NOT NULL,
+    PRIMARY KEY (subscription, low)
+);
+
+-- Events that failed: nacked (retry_at: not delivered again before) or
+-- parked as dead letters (parked_at). The event stays in the log; this is
+-- all a dead letter holds.
+CREATE TABLE streams.subscription_failures (
+    subscription    integer NOT NULL REFERENCES streams.subscription_state (id) ON DELETE CASCADE,
+    position        bigint NOT NULL,
+    attempts        integer NOT NULL,
+    first_error     text,
+    last_error      text,
+    first_failed_at timestamptz,
+    last_failed_at  timestamptz,
+    retry_at        timestamptz,
+    parked_at       timestamptz,
+    PRIMARY KEY (subscription, position)
+);
+
+ALTER TABLE streams.subscription_deliveries ENABLE ROW LEVEL SECURITY;
+ALTER TABLE streams.subscription_failures ENABLE ROW LEVEL SECURITY;
+SELECT pg_catalog.pg_extension_config_dump('streams.subscription_deliveries', '');
+SELECT pg_catalog.pg_extension_config_dump('streams.subscription_failures', '');
+
+DROP FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean);
+DROP FUNCTION streams._create_subscription(text, text, bigint, boolean);
+DROP FUNCTION streams.poll(text, integer, interval);
+DROP FUNCTION streams._poll(text, integer, interval);
+CREATE FUNCTION streams._create_subscription(name text, stream text, start bigint, ordered boolean,
+    max_attempts integer, backoff_min interval, backoff_max interval, if_not_exists boolean) RETURNS void
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_create_subscription_with_retries_wrapper';
+CREATE FUNCTION streams._claim(subscription text, max_events integer, wait interval)
+RETURNS TABLE (stream text, after bigint, count integer, attempt integer)
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_claim_wrapper';
+-- streams.create_subscription(name, stream, after, since, from_tx, ordered,
+--     max_attempts, backoff_min, backoff_max, if_not_exists) -> void
+-- A durable, named cursor over `stream` (a name, 'prefix.*' or '*'). Starts
+-- after the current horizon, or after => a position (0: the beginning),
+-- since => a time, from_tx => a transaction. ordered => true: one transaction
+-- at a time polls it, in position order; false: concurrent pollers get
+-- disjoint events (competing consumers). max_attempts: deliveries of an
+-- event before it is parked as a dead letter (NULL: no limit; ordered
+-- subscriptions); backoff_min/backoff_max: the delay before a nacked event
+-- comes again. 42710 if the name exists (if_not_exists => true: unless it
+-- is the same pattern and ordering), 42501 without the read privilege on
+-- the whole pattern.
+CREATE FUNCTION streams.create_subscription(
+    name          text,
+    stream        text        DEFAULT '*',
+    after         bigint      DEFAULT NULL,
+    since         timestamptz DEFAULT NULL,
+    from_tx       xid8        DEFAULT NULL,
+    ordered       boolean     DEFAULT true,
+    max_attempts  integer     DEFAULT NULL,
+    backoff_min   interval    DEFAULT '1 second',
+    backoff_max   interval    DEFAULT '10 minutes',
+    if_not_exists boolean     DEFAULT false
+) RETURNS void
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT streams._create_subscription(
+        create_subscription.name, create_subscription.stream,
+        streams._start_position('streams.create_subscription', create_subscription.after,
+                                create_subscription.since, create_subscription.from_tx),
+        create_subscription.ordered, create_subscription.max_attempts, create_subscription.backoff_min,
+        create_subscription.backoff_max, create_subscription.if_not_exists)
+$$;
+
+-- streams.alter_subscription(name, max_attempts, backoff_min, backoff_max,
+--     unlimited_attempts) -> void
+-- Change a subscription's retry settings; NULL leaves one as it is, and
+-- unlimited_attempts => true removes the limit.
+CREATE FUNCTION streams.alter_subscription(
+    name               text,
+    max_attempts       integer  DEFAULT NULL,
+    backoff_min        interval DEFAULT NULL,
+    backoff_max        interval DEFAULT NULL,
+    unlimited_attempts boolean  DEFAULT false
+) RETURNS void
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_alter_subscription_wrapper';
+
+-- streams.poll(subscription, max_events, wait) -> table of events and attempts
+-- The next final events of the subscription that are neither processed nor
+-- claimed by another open transaction, in position order, at most
+-- max_events (1 to 10000), claimed for the caller's transaction, each with
+-- its delivery attempt (1 the first time), written down before they are
+-- returned. With wait and nothing to return, sleeps until events arrive or
+-- wait is over. Two statements on purpose: the second one's snapshot sees
+-- every claimed event.
+CREATE FUNCTION streams.poll(subscription text, max_events integer DEFAULT 100, wait interval DEFAULT '0')
+RETURNS TABLE ("position" bigint, stream text, "time" timestamptz, tx xid8, data jsonb, attempt integer)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    pattern text;
+    afters bigint[];
+    counts integer[];
+    attempts integer[];
+BEGIN
+    SELECT pg_catalog.min(c.stream), pg_catalog.array_agg(c.after ORDER BY c.after),
+           pg_catalog.array_agg(c.count ORDER BY c.after), pg_catalog.array_agg(c.attempt ORDER BY c.after)
+    INTO pattern, afters, counts, attempts
+    FROM streams._claim(poll.subscription, poll.max_events, poll.wait) c;
+    RETURN QUERY
+        SELECT e.position, e.stream, e.time, e.tx, e.data, c.attempt
+        FROM ROWS FROM (pg_catalog.unnest(afters), pg_catalog.unnest(counts), pg_catalog.unnest(attempts))
+             AS c(after, count, attempt)
+        CROSS JOIN LATERAL streams.replay(pattern, after => c.after, max_events => c.count) e
+        ORDER BY e.position;
+END
+$$;
+
+-- streams.nack(subscription, position, retry_after, reason) -> void
+-- The event failed: deliver it again not before retry_after (NULL: the
+-- subscription's backoff), recording the reason. In the transaction that
+-- polled it (an ack there stops before it), or after that transaction
+-- failed, from the same session, until it is delivered again. At its last
+-- attempt it is parked as a dead letter. 55000 for an event that is not
+-- the caller's to settle.
+CREATE FUNCTION streams.nack(subscription text, "position" bigint, retry_after interval DEFAULT NULL,
+                             reason text DEFAULT NULL) RETURNS void
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_nack_wrapper';
+
+-- streams.retry_dead_letter(subscription, position) -> bigint
+-- Put a dead letter (position NULL: every one) back: it is delivered again,
+-- before the subscription's next events, as attempt 1. How many.
+CREATE FUNCTION streams.retry_dead_letter(subscription text, "position" bigint DEFAULT NULL) RETURNS bigint
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_retry_dead_letter_wrapper';
+
+-- streams.discard_dead_letter(subscription, position) -> bigint
+-- Drop a dead letter (position NULL: every one); the event stays in the log.
+-- How many.
+CREATE FUNCTION streams.discard_dead_letter(subscription text, "position" bigint DEFAULT NULL) RETURNS bigint
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_discard_dead_letter_wrapper';
+
+CREATE OR REPLACE VIEW streams.subscriptions WITH (security_barrier) AS
+SELECT s.name, s.stream, s.ordered, s.owner,
+       coalesce(first_pending.position - 1, GREATEST(s.position, h.horizon)) AS "position",
+       coalesce(pending.count, 0) AS pending,
+       pg_catalog.now() - first_pending.committed_at AS lag_time,
+       coalesce(claims.claimed, 0) AS claimed,
+       coalesce(claims.pids, '{}') AS claimed_by,
+       GREATEST(s.last_ack_at, progress.acked_at) AS last_ack_at,
+       s.created_at,
+       s.max_attempts,
+       (SELECT pg_catalog.max(d.attempts) FROM streams.subscription_deliveries d
+        WHERE d.subscription = s.id) AS highest_attempt,
+       coalesce(failures.retrying, 0) AS retrying,
+       coalesce(failures.parked, 0) AS parked,
+       failures.oldest_parked,
+       failures.next_retry_at
+FROM streams.subscription_state s
+CROSS JOIN LATERAL (SELECT coalesce((SELECT hs.horizon FROM streams.horizon_state hs ORDER BY hs.horizon DESC LIMIT 1), 0) AS horizon) h
+LEFT JOIN LATERAL (
+    SELECT e.position,
+           -- Read here rather than through streams._commit_time, which reads as
+           -- the caller: the view reads the tables as its owner.
+           (SELECT c.times[e.position - c.first_position + 1] FROM streams.commit_times c
+            WHERE c.first_position <= e.position ORDER BY c.first_position DESC LIMIT 1) AS committed_at
+    FROM streams.event_log e
+    WHERE e.position > s.position AND e.position <= h.horizon
+      AND (streams._stream_exact(s.stream) IS NULL OR e.stream = streams._stream_exact(s.stream))
+      AND (streams._stream_prefix_low(s.stream) IS NULL
+           OR (e.stream >= streams._stream_prefix_low(s.stream) AND e.stream < streams._stream_prefix_high(s.stream)))
+      AND NOT EXISTS (SELECT FROM streams.subscription_progress p
+                      WHERE p.subscription = s.id AND p.chunk = streams._chunk(e.position) AND p.done_through >= e.position)
+    ORDER BY e.position LIMIT 1
+) first_pending ON true
+LEFT JOIN LATERAL (
+    SELECT pg_catalog.count(*) AS count
+    FROM streams.event_log e
+    WHERE e.position >= first_pending.position AND e.position <= h.horizon
+      AND (streams._stream_exact(s.stream) IS NULL OR e.stream = streams._stream_exact(s.stream))
+      AND (streams._stream_prefix_low(s.stream) IS NULL
+           OR (e.stream >= streams._stream_prefix_low(s.stream) AND e.stream < streams._stream_prefix_high(s.stream)))
+      AND NOT EXISTS (SELECT FROM streams.subscription_progress p
+                      WHERE p.subscription = s.id AND p.chunk = streams._chunk(e.position) AND p.done_through >= e.position)
+) pending ON true
+LEFT JOIN (
+    SELECT c.subscription, pg_catalog.sum(c.claimed)::bigint AS claimed, pg_catalog.array_agg(DISTINCT c.pid) AS pids
+    FROM streams._claims() c GROUP BY c.subscription
+) claims ON claims.subscription = s.id
+LEFT JOIN LATERAL (
+    SELECT pg_catalog.max(p.acked_at) AS acked_at FROM streams.subscription_progress p WHERE p.subscription = s.id
+) progress ON true
+LEFT JOIN LATERAL (
+    SELECT pg_catalog.count(*) FILTER (WHERE f.parked_at IS NULL) AS retrying,
+           pg_catalog.count(*) FILTER (WHERE f.parked_at IS NOT NULL) AS parked,
+           pg_catalog.min(f.parked_at) AS oldest_parked,
+           pg_catalog.min(f.retry_at) FILTER (WHERE f.parked_at IS NULL) AS next_retry_at
+    FROM streams.subscription_failures f WHERE f.subscription = s.id
+) failures ON true
+WHERE pg_catalog.pg_has_role(s.owner, 'USAGE');
+
+-- streams.dead_letters: the parked events of the subscriptions of the
+-- roles the caller belongs to. The event itself stays in the log:
+-- streams.get(position) returns it to whoever may read its stream.
+CREATE VIEW streams.dead_letters WITH (security_barrier) AS
+SELECT s.name AS subscription, s.owner, f.position, e.stream, f.attempts, f.first_error, f.last_error,
+       f.first_failed_at, f.last_failed_at, f.parked_at
+FROM streams.subscription_failures f
+JOIN streams.subscription_state s ON s.id = f.subscription
+LEFT JOIN streams.event_log e ON e.position = f.position
+WHERE f.parked_at IS NOT NULL AND pg_catalog.pg_has_role(s.owner, 'USAGE');
+
+
+
+COMMENT ON FUNCTION streams._create_subscription(text, text, bigint, boolean, integer, interval, interval, boolean) IS 'Internal: create_subscription once the start position is known.';
+COMMENT ON FUNCTION streams._claim(text, integer, interval) IS 'Internal: claim the next events of a subscription, as ranges of positions with their attempt.';
+COMMENT ON FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, integer, interval, interval, boolean) IS 'Create a durable, named subscription to a stream, ''prefix.*'' or ''*''; max_attempts and backoff for failing events.';
+COMMENT ON FUNCTION streams.alter_subscription(text, integer, interval, interval, boolean) IS 'Change a subscription''s max_attempts and backoff.';
+COMMENT ON FUNCTION streams.nack(text, bigint, interval, text) IS 'An event failed: deliver it again after retry_after (or the backoff), or park it at its last attempt.';
+COMMENT ON FUNCTION streams.retry_dead_letter(text, bigint) IS 'Put a dead letter (or all) back: delivered again as attempt 1.';
+COMMENT ON FUNCTION streams.discard_dead_letter(text, bigint) IS 'Drop a dead letter (or all); the event stays in the log.';
+COMMENT ON TABLE streams.subscription_deliveries IS 'How often each event of a subscription was delivered and not yet settled, as position ranges (written by the worker before a poll returns).';
+COMMENT ON TABLE streams.subscription_failures IS 'Events of a subscription that failed: nacked (retry_at) or parked as dead letters (parked_at).';
+COMMENT ON VIEW streams.dead_letters IS 'Parked events of the caller''s roles'' subscriptions; the events stay in the log.';
+COMMENT ON COLUMN streams.subscription_state.max_attempts IS 'Deliveries of an event before it is parked (NULL: no limit).';
+COMMENT ON COLUMN streams.subscription_state.backoff_min IS 'Delay before a nacked event comes again, at its first failure (doubling, with jitter).';
+COMMENT ON COLUMN streams.subscription_state.backoff_max IS 'The longest delay before a nacked event comes again.';
+COMMENT ON FUNCTION streams.poll(text, integer, interval) IS 'Claim the next events of a subscription for this transaction, with their delivery attempt; wait => long poll.';
+
+REVOKE ALL ON streams.subscription_deliveries, streams.subscription_failures FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION
+    streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, integer, interval, interval, boolean),
+    streams.alter_subscription(text, integer, interval, interval, boolean), streams.poll(text, integer, interval),
+    streams.nack(text, bigint, interval, text), streams.retry_dead_letter(text, bigint),
+    streams.discard_dead_letter(text, bigint),
+    streams._create_subscription(text, text, bigint, boolean, integer, interval, interval, boolean),
+    streams._claim(text, integer, interval) FROM PUBLIC;
+GRANT SELECT ON streams.dead_letters TO PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, integer, interval, interval, boolean),
+    streams.alter_subscription(text, integer, interval, interval, boolean), streams.poll(text, integer, interval),
+    streams.nack(text, bigint, interval, text), streams.retry_dead_letter(text, bigint),
+    streams.discard_dead_letter(text, bigint),
+    streams._create_subscription(text, text, bigint, boolean, integer, interval, interval, boolean),
+    streams._claim(text, integer, interval) TO PUBLIC;

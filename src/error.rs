@@ -85,6 +85,20 @@ pub enum StreamsError {
     /// `streams.wait` under repeatable read or serializable, for an event
     /// the transaction's snapshot does not show.
     WaitNeedsReadCommitted,
+    /// The worker could not write a poll's deliveries down (or none runs).
+    DeliveryNotRecorded { worker: bool },
+    /// nack of an event that is not the caller's to settle.
+    NackNotDelivered { subscription: String, position: i64, reason: &'static str },
+    /// A text argument longer than its limit.
+    TextTooLong { argument: &'static str, limit: usize },
+    /// create_subscription(if_not_exists => true) found one that differs.
+    SubscriptionDiffers { name: String, differs: &'static str },
+    /// A dead-letter function for a position that is not parked.
+    NotADeadLetter { subscription: String, position: i64 },
+    /// backoff_min above backoff_max.
+    BackoffOrder,
+    /// A retry feature asked of an unordered subscription.
+    NeedsOrdered { function: &'static str, subscription: String },
     /// A webhook URL that is malformed, not http(s), or names a host the
     /// address policy refuses.
     InvalidWebhookUrl { url: String, reason: String },
@@ -323,6 +337,47 @@ impl StreamsError {
                 "Ack what was polled and commit, then poll again: claims are locks, and the lock table is shared \
                  by every session.",
             ),
+            StreamsError::DeliveryNotRecorded { worker } => described(
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                if *worker {
+                    "streams.poll: the worker could not write down the delivery of these events"
+                } else {
+                    "streams.poll: no litebase_streams worker runs in this database to write down deliveries"
+                },
+            )
+            .hint(
+                "Attempts are counted by the database's worker before events are handed out; see streams.status \
+                 and the server log, then poll again.",
+            ),
+            StreamsError::NackNotDelivered { subscription, position, reason } => described(
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!("streams.nack: event {position} of subscription \"{subscription}\" {reason}"),
+            )
+            .hint(
+                "Nack an event in the transaction that polled it, or after that transaction failed, from the same \
+                 session, before it is delivered again.",
+            ),
+            StreamsError::TextTooLong { argument, limit } => {
+                described(ERRCODE_INVALID_PARAMETER_VALUE, format!("{argument} is longer than {limit} bytes"))
+            }
+            StreamsError::SubscriptionDiffers { name, differs } => described(
+                ERRCODE_DUPLICATE_OBJECT,
+                format!("subscription \"{name}\" already exists with another {differs}"),
+            )
+            .hint("if_not_exists => true accepts only an identical subscription: drop it first, or use another name."),
+            StreamsError::NotADeadLetter { subscription, position } => described(
+                ERRCODE_NO_DATA_FOUND,
+                format!("event {position} is not a dead letter of subscription \"{subscription}\""),
+            )
+            .hint("SELECT * FROM streams.dead_letters lists them."),
+            StreamsError::NeedsOrdered { function, subscription } => described(
+                ERRCODE_FEATURE_NOT_SUPPORTED,
+                format!("{function}: subscription \"{subscription}\" is unordered; nack and max_attempts need an ordered one"),
+            )
+            .hint("Create the subscription with ordered => true (the default)."),
+            StreamsError::BackoffOrder => {
+                described(ERRCODE_INVALID_PARAMETER_VALUE, "backoff_min must not be greater than backoff_max")
+            }
             StreamsError::WaitNeedsReadCommitted => described(
                 ERRCODE_FEATURE_NOT_SUPPORTED,
                 "streams.wait: this transaction's snapshot will never show that event; wait in READ COMMITTED",

@@ -173,6 +173,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
             // SIGHUP; pgrx's FFI guard turns an ERROR into a Rust panic.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
+        serve_deliveries(db, entry);
         entry.wake.store(false, Ordering::SeqCst);
         if entry.webhooks_wanted.swap(false, Ordering::AcqRel) {
             start_webhook_worker(db);
@@ -289,6 +290,30 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
             // SAFETY: SIGTERM or postmaster death (wait_latch false), between rounds and outside
             // any transaction; proc_exit never returns and runs detach through before_shmem_exit.
             unsafe { pg_sys::proc_exit(1) };
+        }
+    }
+}
+
+/// Write down the deliveries that pollers wait for (subscriptions/attempts.rs),
+/// all in one transaction, before anything else: a poller cannot return its
+/// events until then. A failure is logged and answered: the pollers raise.
+fn serve_deliveries(db: pg_sys::Oid, entry: &DbEntry) {
+    if !entry.deliveries_wanted.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    let requests = shmem::delivery_requests(db);
+    if requests.is_empty() {
+        return;
+    }
+    match attempt(|| crate::subscriptions::attempts::write_requests(&requests)) {
+        Ok(Ok(())) => shmem::answer_deliveries(&requests, true),
+        Ok(Err(error)) => {
+            warning!("litebase_streams worker: writing down {} deliveries failed: {error}", requests.len());
+            shmem::answer_deliveries(&requests, false);
+        }
+        Err(failure) => {
+            warn_failed("writing down deliveries", &failure, Duration::ZERO);
+            shmem::answer_deliveries(&requests, false);
         }
     }
 }

@@ -21,6 +21,8 @@ pub struct DbEntry {
     pub(super) worker_procno: AtomicI32,
     /// Set by publishers at commit, cleared by the worker before each round.
     pub wake: AtomicBool,
+    /// Set by a poller that wrote a delivery request (deliveries.rs).
+    pub deliveries_wanted: AtomicBool,
     /// Set by a backend about to DROP DATABASE: the worker leaves for good.
     pub stop: AtomicBool,
     /// The worker's persisted horizon.
@@ -344,6 +346,22 @@ impl DbEntry {
 
     pub fn set_state(&self, state: WorkerState) {
         self.state.store(state as u32, Ordering::Relaxed);
+    }
+
+    /// Ask the worker to record the deliveries in the mailboxes: whether a
+    /// worker serves the database. Atomics and `SetLatch` only.
+    pub fn wake_for_deliveries(&self) -> bool {
+        self.deliveries_wanted.store(true, Ordering::SeqCst);
+        let procno = self.worker_procno.load(Ordering::Acquire);
+        if procno < 0 || self.worker_pid.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        // SAFETY: as in wake_worker.
+        unsafe {
+            let proc_ = (*pg_sys::ProcGlobal).allProcs.add(procno as usize);
+            pg_sys::SetLatch(&raw mut (*proc_).procLatch);
+        }
+        true
     }
 
     /// Wake the worker: flip the flag and set its latch once. Atomics and

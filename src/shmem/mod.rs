@@ -10,7 +10,9 @@
 //!
 //! * `publishers`: open publishing transactions, and what holds the horizon;
 //! * `consumers`: what subscription polls wait for and claim;
-//! * `databases`: each database's worker entry, and databases dropped lately.
+//! * `databases`: each database's worker entry, and databases dropped lately;
+//! * `deliveries`: a backend's request that its worker record a poll's
+//!   deliveries, and the answer.
 
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
@@ -18,10 +20,12 @@ use pgrx::pg_sys;
 
 mod consumers;
 mod databases;
+mod deliveries;
 mod publishers;
 
 pub use consumers::*;
 pub use databases::*;
+pub use deliveries::*;
 pub use publishers::*;
 
 use databases::DROPPED_REMEMBERED;
@@ -62,14 +66,16 @@ fn dimensions() -> (u32, u32) {
     ((backends + prepared + 16) as u32, workers.max(1) as u32)
 }
 
-/// Offsets of the database entries, the publisher slots and the consumer
-/// slots, and the total size.
-fn layout(n_slots: u32, n_dbs: u32) -> (usize, usize, usize, usize) {
+/// Offsets of the database entries, the publisher slots, the consumer
+/// slots and the delivery mailboxes, and the total size.
+fn layout(n_slots: u32, n_dbs: u32) -> (usize, usize, usize, usize, usize) {
     let header = std::mem::size_of::<Header>().next_multiple_of(64);
     let dbs = n_dbs as usize * std::mem::size_of::<DbEntry>();
     let slots = n_slots as usize * std::mem::size_of::<PublisherSlot>();
     let consumers = n_slots as usize * std::mem::size_of::<ConsumerSlot>();
-    (header, header + dbs, header + dbs + slots, header + dbs + slots + consumers)
+    let mailboxes = n_slots as usize * std::mem::size_of::<DeliveryMailbox>();
+    let at_consumers = header + dbs + slots;
+    (header, header + dbs, at_consumers, at_consumers + consumers, at_consumers + consumers + mailboxes)
 }
 
 /// Install the shared-memory hooks. Call only from `_PG_init` while
@@ -93,7 +99,7 @@ unsafe extern "C-unwind" fn request_hook() {
         prev();
     }
     let (n_slots, n_dbs) = dimensions();
-    pg_sys::RequestAddinShmemSpace(layout(n_slots, n_dbs).3);
+    pg_sys::RequestAddinShmemSpace(layout(n_slots, n_dbs).4);
     pg_sys::RequestNamedLWLockTranche(SHMEM_NAME.as_ptr(), 1);
 }
 
@@ -106,7 +112,7 @@ unsafe extern "C-unwind" fn startup_hook() {
         prev();
     }
     let (n_slots, n_dbs) = dimensions();
-    let size = layout(n_slots, n_dbs).3;
+    let size = layout(n_slots, n_dbs).4;
     let mut found = false;
     let base = pg_sys::ShmemInitStruct(SHMEM_NAME.as_ptr(), size, &mut found);
     if !found {
@@ -151,7 +157,7 @@ pub(super) fn slots() -> &'static [PublisherSlot] {
     // SAFETY: header() is the ShmemInitStruct region, live as long as the server and sized by the
     // request hook with the same layout(); n_slots and n_dbs never change after startup.
     unsafe {
-        let (_, offset, _, _) = layout((*header).n_slots, (*header).n_dbs);
+        let (_, offset, _, _, _) = layout((*header).n_slots, (*header).n_dbs);
         let base = (header as *mut u8).add(offset) as *const PublisherSlot;
         std::slice::from_raw_parts(base, (*header).n_slots as usize)
     }
@@ -169,8 +175,18 @@ pub(super) fn consumer_slots() -> &'static [ConsumerSlot] {
     let header = header();
     // SAFETY: as in slots(): the consumer slots follow the publisher slots at layout()'s offset.
     unsafe {
-        let (_, _, offset, _) = layout((*header).n_slots, (*header).n_dbs);
+        let (_, _, offset, _, _) = layout((*header).n_slots, (*header).n_dbs);
         let base = (header as *mut u8).add(offset) as *const ConsumerSlot;
+        std::slice::from_raw_parts(base, (*header).n_slots as usize)
+    }
+}
+
+pub(super) fn mailboxes() -> &'static [DeliveryMailbox] {
+    let header = header();
+    // SAFETY: as in slots(): the mailboxes follow the consumer slots at layout()'s offset.
+    unsafe {
+        let (_, _, _, offset, _) = layout((*header).n_slots, (*header).n_dbs);
+        let base = (header as *mut u8).add(offset) as *const DeliveryMailbox;
         std::slice::from_raw_parts(base, (*header).n_slots as usize)
     }
 }

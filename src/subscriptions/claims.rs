@@ -52,6 +52,9 @@ pub enum Key {
     /// An ordered subscription's only lock.
     Token,
     Chunk(i64),
+    /// A dead letter put back, below an ordered subscription's position:
+    /// held under the token, no lock of its own.
+    PutBack,
 }
 
 /// Events of a subscription's stream pattern in `(low, high]`, polled by
@@ -77,6 +80,9 @@ const WAKE_LIST: usize = 8;
 
 thread_local! {
     static CLAIMS: RefCell<Vec<Claim>> = const { RefCell::new(Vec::new()) };
+    /// (subscription, position, subtransaction) of the events this
+    /// transaction nacked after polling them.
+    static NACKED: RefCell<Vec<(i32, i64, pg_sys::SubTransactionId)>> = const { RefCell::new(Vec::new()) };
     static CALLBACKS_REGISTERED: Cell<bool> = const { Cell::new(false) };
     /// This transaction took a subscription lock (a claim, or seek's token).
     static LOCKED: Cell<Option<WakeList>> = const { Cell::new(None) };
@@ -119,7 +125,7 @@ fn note_locked(subscription: i32) {
 
 fn tag(subscription: i32, key: Key) -> pg_sys::LOCKTAG {
     let (field3, field4) = match key {
-        Key::Token => (0, TOKEN_TAG),
+        Key::Token | Key::PutBack => (0, TOKEN_TAG),
         Key::Chunk(chunk) => (u32::try_from(chunk).expect("positions below 4.4 * 10^12"), CHUNK_TAG),
     };
     pg_sys::LOCKTAG {
@@ -174,7 +180,7 @@ pub fn chunks_claimed() -> usize {
         let claims = c.borrow();
         let chunk = |c: &Claim| match c.key {
             Key::Chunk(chunk) => Some((c.subscription, chunk)),
-            Key::Token => None,
+            Key::Token | Key::PutBack => None,
         };
         let mut chunks: Vec<(i32, i64)> = claims.iter().filter_map(chunk).collect();
         chunks.sort_unstable();
@@ -218,6 +224,18 @@ pub fn of(subscription: i32) -> Vec<Claim> {
     CLAIMS.with(|c| c.borrow().iter().filter(|c| c.subscription == subscription).copied().collect())
 }
 
+/// This transaction nacked the event at `position`, which it polled.
+pub fn note_nacked(subscription: i32, position: i64) {
+    // SAFETY: a plain read of the backend's current subtransaction id.
+    let subtransaction = unsafe { pg_sys::GetCurrentSubTransactionId() };
+    NACKED.with(|n| n.borrow_mut().push((subscription, position, subtransaction)));
+}
+
+/// The events of `subscription` this transaction polled and nacked.
+pub fn nacked(subscription: i32) -> Vec<i64> {
+    NACKED.with(|n| n.borrow().iter().filter(|n| n.0 == subscription).map(|n| n.1).collect())
+}
+
 /// Where this transaction's next poll of `key` continues: after the highest
 /// position it claimed there, if it claimed any.
 pub fn claimed_through(subscription: i32, key: Key) -> Option<i64> {
@@ -258,6 +276,7 @@ fn end_of_transaction() {
         claims.clear();
         held
     });
+    NACKED.with(|n| n.borrow_mut().clear());
     let slot = shmem::my_consumer_slot();
     if let Some(slot) = slot {
         // A long poll ended by FATAL (terminate) never dropped its Waiter.
@@ -329,6 +348,7 @@ unsafe extern "C-unwind" fn subxact_callback(
     match event {
         SUBXACT_EVENT_ABORT_SUB => {
             CLAIMS.with(|c| c.borrow_mut().retain(|c| c.subtransaction != my_subid));
+            NACKED.with(|n| n.borrow_mut().retain(|n| n.2 != my_subid));
             if let Some(slot) = shmem::my_consumer_slot() {
                 slot.clear_claims();
             }
@@ -338,11 +358,18 @@ unsafe extern "C-unwind" fn subxact_callback(
                 publish_count(CLAIMS.with(|c| c.borrow()[i].subscription));
             }
         }
-        SUBXACT_EVENT_COMMIT_SUB => CLAIMS.with(|c| {
-            for claim in c.borrow_mut().iter_mut().filter(|c| c.subtransaction == my_subid) {
-                claim.subtransaction = parent_subid;
-            }
-        }),
+        SUBXACT_EVENT_COMMIT_SUB => {
+            CLAIMS.with(|c| {
+                for claim in c.borrow_mut().iter_mut().filter(|c| c.subtransaction == my_subid) {
+                    claim.subtransaction = parent_subid;
+                }
+            });
+            NACKED.with(|n| {
+                for nacked in n.borrow_mut().iter_mut().filter(|n| n.2 == my_subid) {
+                    nacked.2 = parent_subid;
+                }
+            });
+        }
         _ => {}
     }
 }

@@ -28,9 +28,13 @@
 //! pattern selects) and then read and write the tables as the extension's
 //! owner, like `publish`.
 
+pub(crate) mod attempts;
 mod claims;
+mod failures;
 mod poll;
 pub mod wait;
+
+use std::time::Duration;
 
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::prelude::*;
@@ -40,7 +44,7 @@ use crate::error::{OrRaise, SpiContext, StreamsError};
 use crate::{log::privileges, log::publish};
 use claims::Key;
 use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
-use poll::{fold_finished_chunks, poll_ordered, poll_unordered, with_latest_snapshot};
+use poll::{fold_finished_chunks, poll_ordered, poll_unordered, with_attempts, with_latest_snapshot, Polled};
 use wait::{horizon_seen_by_transaction, isolation_is_snapshot, wait_duration};
 
 /// The most events one poll returns.
@@ -59,6 +63,53 @@ pub(crate) struct Subscription {
     owner: pg_sys::Oid,
     /// It belongs to a webhook: only the webhook worker consumes it.
     pub webhook: bool,
+    /// Attempts before an event is parked (None: unlimited).
+    max_attempts: Option<i32>,
+    backoff_min_us: i64,
+    backoff_max_us: i64,
+}
+
+/// The most attempts `max_attempts` may allow.
+const MOST_ATTEMPTS: i32 = 1000;
+
+/// Retry settings of a subscription as given (None: unchanged, or the
+/// default at creation).
+#[derive(Default, Clone, Copy)]
+struct RetrySettings {
+    max_attempts: Option<i32>,
+    backoff_min: Option<Duration>,
+    backoff_max: Option<Duration>,
+}
+
+impl RetrySettings {
+    fn from_arguments(max_attempts: Option<i32>, backoff_min: Option<Interval>, backoff_max: Option<Interval>) -> Self {
+        if let Some(max) = max_attempts {
+            if !(1..=MOST_ATTEMPTS).contains(&max) {
+                StreamsError::ArgumentOutOfRange {
+                    argument: "max_attempts",
+                    value: max.into(),
+                    min: 1,
+                    max: MOST_ATTEMPTS.into(),
+                }
+                .raise();
+            }
+        }
+        RetrySettings {
+            max_attempts,
+            backoff_min: backoff_min.map(|b| failures::delay(&b, "backoff_min")),
+            backoff_max: backoff_max.map(|b| failures::delay(&b, "backoff_max")),
+        }
+    }
+}
+
+/// Whether the database's schema counts attempts (0.3.0; a database still
+/// at 0.2.0 is served as before until ALTER EXTENSION ... UPDATE).
+pub(crate) fn tracks_attempts() -> bool {
+    // SAFETY: catalog lookups with static C strings inside the caller's transaction; missing_ok.
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), true);
+        pg_sys::get_relname_relid(c"subscription_deliveries".as_ptr(), schema) != pg_sys::InvalidOid
+    }
 }
 
 /// `streams._create_subscription(name, stream, start, ordered)`: behind
@@ -73,6 +124,106 @@ fn _create_subscription(name: Option<&str>, stream: Option<&str>, start: Option<
     let start = start.ok_or(StreamsError::NullArgument("after")).or_raise();
     let ordered = ordered.ok_or(StreamsError::NullArgument("ordered")).or_raise();
     create(name, stream, start, ordered);
+}
+
+/// `streams._create_subscription(name, stream, start, ordered,
+/// max_attempts, backoff_min, backoff_max, if_not_exists)`: the same, with
+/// retry settings (0.3.0).
+#[pg_extern(sql = false)]
+#[allow(clippy::too_many_arguments)]
+fn _create_subscription_with_retries(
+    name: Option<&str>,
+    stream: Option<&str>,
+    start: Option<i64>,
+    ordered: Option<bool>,
+    max_attempts: Option<i32>,
+    backoff_min: Option<Interval>,
+    backoff_max: Option<Interval>,
+    if_not_exists: Option<bool>,
+) {
+    crate::log::catalog::lock_for_reading();
+    let name = name.ok_or(StreamsError::NullArgument("name")).or_raise();
+    let stream = stream.ok_or(StreamsError::NullArgument("stream")).or_raise();
+    let start = start.ok_or(StreamsError::NullArgument("after")).or_raise();
+    let ordered = ordered.ok_or(StreamsError::NullArgument("ordered")).or_raise();
+    let backoff_min = backoff_min.ok_or(StreamsError::NullArgument("backoff_min")).or_raise();
+    let backoff_max = backoff_max.ok_or(StreamsError::NullArgument("backoff_max")).or_raise();
+    let if_not_exists = if_not_exists.ok_or(StreamsError::NullArgument("if_not_exists")).or_raise();
+    let settings = RetrySettings::from_arguments(max_attempts, Some(backoff_min), Some(backoff_max));
+    if settings.backoff_min > settings.backoff_max {
+        StreamsError::BackoffOrder.raise();
+    }
+    if !ordered && settings.max_attempts.is_some() {
+        StreamsError::NeedsOrdered { function: "streams.create_subscription", subscription: name.to_owned() }.raise();
+    }
+    if if_not_exists {
+        if let Some(existing) = named(name).into_iter().find(|n| n.own) {
+            let differs = if existing.stream != stream {
+                Some("stream pattern")
+            } else if existing.ordered != ordered {
+                Some("ordering")
+            } else {
+                None
+            };
+            if let Some(differs) = differs {
+                StreamsError::SubscriptionDiffers { name: name.to_owned(), differs }.raise();
+            }
+            return;
+        }
+    }
+    let id = create(name, stream, start, ordered);
+    alter(id, settings, false);
+}
+
+/// `streams.alter_subscription(name, max_attempts, backoff_min,
+/// backoff_max, unlimited_attempts)`: change its retry settings (NULL:
+/// unchanged).
+#[pg_extern(sql = false)]
+fn _alter_subscription(
+    name: Option<&str>,
+    max_attempts: Option<i32>,
+    backoff_min: Option<Interval>,
+    backoff_max: Option<Interval>,
+    unlimited_attempts: Option<bool>,
+) {
+    crate::log::catalog::lock_for_reading();
+    let name = name.ok_or(StreamsError::NullArgument("name")).or_raise();
+    let unlimited = unlimited_attempts.unwrap_or(false);
+    let settings = RetrySettings::from_arguments(max_attempts, backoff_min, backoff_max);
+    let subscription = open(name);
+    refuse_webhook(&subscription);
+    if !subscription.ordered && settings.max_attempts.is_some() {
+        StreamsError::NeedsOrdered { function: "streams.alter_subscription", subscription: subscription.name }.raise();
+    }
+    let min = settings.backoff_min.map_or(subscription.backoff_min_us, |d| d.as_micros() as i64);
+    let max = settings.backoff_max.map_or(subscription.backoff_max_us, |d| d.as_micros() as i64);
+    if min > max {
+        StreamsError::BackoffOrder.raise();
+    }
+    alter(subscription.id, settings, unlimited);
+}
+
+fn alter(id: i32, settings: RetrySettings, unlimited: bool) {
+    let micros = |d: Option<Duration>| d.map(|d| d.as_micros() as i64);
+    as_owner(|client| {
+        let args: [DatumWithOid; 5] = [
+            id.into(),
+            settings.max_attempts.into(),
+            unlimited.into(),
+            micros(settings.backoff_min).into(),
+            micros(settings.backoff_max).into(),
+        ];
+        client.update(
+            "UPDATE streams.subscription_state
+             SET max_attempts = CASE WHEN $3 THEN NULL ELSE coalesce($2, max_attempts) END,
+                 backoff_min = coalesce(pg_catalog.make_interval(secs => $4::double precision / 1e6), backoff_min),
+                 backoff_max = coalesce(pg_catalog.make_interval(secs => $5::double precision / 1e6), backoff_max)
+             WHERE id = $1",
+            None,
+            &args,
+        )?;
+        Ok(())
+    });
 }
 
 /// Create a subscription owned by the caller, after checking its name,
@@ -153,18 +304,50 @@ fn _seek_subscription(name: Option<&str>, start: Option<i64>) {
             None,
             &[subscription.id.into()],
         )?;
+        if tracks_attempts() {
+            // Reprocessing starts afresh: attempts from 1, no pending retry.
+            attempts::forget_all(client, subscription.id)?;
+            failures::forget_pending(client, subscription.id)?;
+        }
         Ok(())
     });
 }
 
 /// `streams._poll(subscription, max_events, wait)`: claim the next events
 /// and return them as ranges: `count` events of `stream` after `after`.
+/// The 0.2.0 form, for databases not yet updated (no attempts).
 #[pg_extern(sql = false)]
 fn _poll(
     subscription: Option<&str>,
     max_events: Option<i32>,
     wait: Option<Interval>,
 ) -> TableIterator<'static, (name!(stream, String), name!(after, i64), name!(count, i32))> {
+    let (stream, pieces) = claim(subscription, max_events, wait, false);
+    TableIterator::new(pieces.into_iter().map(move |(after, count, _)| (stream.clone(), after, count as i32)))
+}
+
+/// `streams._claim(subscription, max_events, wait)`: as `_poll`, and each
+/// range's delivery attempt, written down before it returns.
+#[pg_extern(sql = false)]
+fn _claim(
+    subscription: Option<&str>,
+    max_events: Option<i32>,
+    wait: Option<Interval>,
+) -> TableIterator<'static, (name!(stream, String), name!(after, i64), name!(count, i32), name!(attempt, i32))> {
+    let (stream, pieces) = claim(subscription, max_events, wait, true);
+    TableIterator::new(
+        pieces.into_iter().map(move |(after, count, attempt)| (stream.clone(), after, count as i32, attempt)),
+    )
+}
+
+/// Claim the next events: the subscription's pattern and `(after, count,
+/// attempt)` pieces.
+fn claim(
+    subscription: Option<&str>,
+    max_events: Option<i32>,
+    wait: Option<Interval>,
+    attempts: bool,
+) -> (String, Vec<(i64, i64, i32)>) {
     // The readers' lock order first: an upgrade step takes it too.
     crate::log::catalog::lock_for_reading();
     let name = subscription.ok_or(StreamsError::NullArgument("subscription")).or_raise();
@@ -192,19 +375,37 @@ fn _poll(
     let claimed = loop {
         waiter.reset();
         let horizon = horizon_seen_by_transaction();
-        let claimed = as_owner(|client| {
+        let polled = as_owner(|client| {
             if subscription.ordered {
-                poll_ordered(client, &subscription, horizon, max_events as i64)
+                poll_ordered(client, &subscription, horizon, max_events as i64, attempts)
             } else {
                 poll_unordered(client, &subscription, horizon, max_events as i64)
             }
         });
-        if !claimed.is_empty() || !waiter.sleep() {
-            break claimed;
+        let Polled { ranges, due_in } = polled;
+        if !ranges.is_empty() {
+            break ranges;
+        }
+        if due_in == Some(Duration::ZERO) {
+            continue; // it parked a put-back event: look again at once
+        }
+        if !waiter.sleep_at_most(due_in) {
+            break ranges;
         }
     };
-    let stream = subscription.stream;
-    TableIterator::new(claimed.into_iter().map(move |(after, count)| (stream.clone(), after, count as i32)))
+    if !attempts {
+        return (subscription.stream, claimed.into_iter().map(|(after, count, _)| (after, count, 1)).collect());
+    }
+    let deliveries: Vec<(i64, i64)> = claimed.iter().map(|&(after, _, through)| (after, through)).collect();
+    attempts::record(subscription.id, &deliveries);
+    let pieces = as_owner(|client| {
+        let mut pieces = Vec::with_capacity(claimed.len());
+        for &range in &claimed {
+            pieces.extend(with_attempts(client, &subscription, range)?);
+        }
+        Ok(pieces)
+    });
+    (subscription.stream, pieces)
 }
 
 /// `streams.ack(subscription, through)`: what this transaction polled up to
@@ -226,14 +427,28 @@ fn _ack(subscription: Option<&str>, through: Option<i64>) {
             .raise();
     }
     let horizon = horizon_seen_by_transaction();
+    let tracks = tracks_attempts();
     as_owner(|client| {
         if subscription.ordered {
+            // In position order: the ack stops before the first event this
+            // transaction nacked; those after it come again after it.
+            let nacked = claims::nacked(subscription.id);
+            let upto = nacked.iter().map(|n| n - 1).min().map_or(through, |stop| stop.min(through));
             client.update(
                 "UPDATE streams.subscription_state
                  SET position = GREATEST(position, $2), last_ack_at = pg_catalog.now() WHERE id = $1",
                 None,
-                &[subscription.id.into(), through.into()],
+                &[subscription.id.into(), upto.into()],
             )?;
+            if tracks {
+                for claim in &claimed {
+                    // A put-back event is acked by an ack through it.
+                    let upto = if claim.key == Key::PutBack { through } else { upto };
+                    let high = claim.high.min(upto);
+                    attempts::settle(client, subscription.id, claim.low, high, &nacked)?;
+                    failures::forget(client, subscription.id, claim.low, high, &nacked)?;
+                }
+            }
             return Ok(());
         }
         for claim in claimed.iter().filter(|c| c.low < through) {
@@ -247,6 +462,11 @@ fn _ack(subscription: Option<&str>, through: Option<i64>) {
                 None,
                 &args,
             )?;
+        }
+        if tracks {
+            for claim in claimed.iter().filter(|c| c.low < through) {
+                attempts::settle(client, subscription.id, claim.low, claim.high.min(through), &[])?;
+            }
         }
         fold_finished_chunks(client, &subscription, horizon)
     });
@@ -285,7 +505,7 @@ fn _claims() -> TableIterator<'static, (name!(subscription, i32), name!(pid, i32
 }
 
 /// The subscription named `name` that the caller may use, or raise.
-fn open(name: &str) -> Subscription {
+pub(super) fn open(name: &str) -> Subscription {
     let subscription = find(name).unwrap_or_else(|| StreamsError::UnknownSubscription(name.to_owned()).raise());
     check_member(&subscription);
     subscription
@@ -293,7 +513,7 @@ fn open(name: &str) -> Subscription {
 
 /// A webhook's subscription is consumed by the webhook worker alone: a
 /// poll or ack of its own would take events from it.
-fn refuse_webhook(subscription: &Subscription) {
+pub(super) fn refuse_webhook(subscription: &Subscription) {
     if subscription.webhook {
         StreamsError::WebhookSubscription(subscription.name.clone()).raise();
     }
@@ -322,6 +542,9 @@ pub(crate) fn find(name: &str) -> Option<Subscription> {
         ordered: first.ordered,
         owner: first.owner,
         webhook: first.webhook,
+        max_attempts: first.max_attempts,
+        backoff_min_us: first.backoff_min_us,
+        backoff_max_us: first.backoff_max_us,
     })
 }
 
@@ -333,6 +556,9 @@ struct Named {
     owner: pg_sys::Oid,
     owner_name: String,
     webhook: bool,
+    max_attempts: Option<i32>,
+    backoff_min_us: i64,
+    backoff_max_us: i64,
     /// The caller owns it.
     own: bool,
     /// The caller has the privileges of its owner.
@@ -344,19 +570,24 @@ struct Named {
 fn named(name: &str) -> Vec<Named> {
     // SAFETY: reads the backend's current user id, set once it is connected.
     let caller = unsafe { pg_sys::GetUserId() };
+    // A database still at 0.2.0 has no retry settings.
+    let retry_columns = if tracks_attempts() {
+        "s.max_attempts, (pg_catalog.date_part('epoch', s.backoff_min) * 1e6)::bigint,
+         (pg_catalog.date_part('epoch', s.backoff_max) * 1e6)::bigint"
+    } else {
+        "NULL::integer, 0::bigint, 0::bigint"
+    };
+    let query = format!(
+        "SELECT s.id, s.stream, s.ordered, s.owner::oid, s.owner::text,
+                EXISTS (SELECT FROM streams.webhook_state w WHERE w.subscription = s.id),
+                s.owner::oid = $2 AS own,
+                pg_catalog.pg_has_role($2, s.owner::oid, 'USAGE') AS member,
+                {retry_columns}
+         FROM streams.subscription_state s WHERE s.name = $1
+         ORDER BY own DESC, member DESC, s.id"
+    );
     as_owner(|client| {
-        let rows = with_latest_snapshot(|| {
-            client.select(
-                "SELECT s.id, s.stream, s.ordered, s.owner::oid, s.owner::text,
-                        EXISTS (SELECT FROM streams.webhook_state w WHERE w.subscription = s.id),
-                        s.owner::oid = $2 AS own,
-                        pg_catalog.pg_has_role($2, s.owner::oid, 'USAGE') AS member
-                 FROM streams.subscription_state s WHERE s.name = $1
-                 ORDER BY own DESC, member DESC, s.id",
-                None,
-                &[name.into(), caller.into()],
-            )
-        })?;
+        let rows = with_latest_snapshot(|| client.select(query.as_str(), None, &[name.into(), caller.into()]))?;
         let mut found = Vec::with_capacity(rows.len());
         for row in rows {
             found.push(Named {
@@ -368,6 +599,9 @@ fn named(name: &str) -> Vec<Named> {
                 webhook: row.get::<bool>(6)?.unwrap_or(false),
                 own: row.get::<bool>(7)?.unwrap_or(false),
                 member: row.get::<bool>(8)?.unwrap_or(false),
+                max_attempts: row.get::<i32>(9)?,
+                backoff_min_us: row.get::<i64>(10)?.unwrap_or(0),
+                backoff_max_us: row.get::<i64>(11)?.unwrap_or(0),
             });
         }
         Ok(found)

@@ -6,32 +6,52 @@ use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiResult};
 
+use std::time::Duration;
+
 use super::claims::{self, Hold, Key, CHUNK_WIDTH};
-use super::wait;
+use super::failures::{self, Head};
+use super::{attempts, wait};
 use super::{Subscription, MAX_CHUNKS_PER_POLL};
 use crate::error::StreamsError;
+
+/// What a poll claimed: `(after, count, through)` ranges, and, when it
+/// found nothing to deliver, how soon a nacked event falls due.
+#[derive(Default)]
+pub(super) struct Polled {
+    pub ranges: Vec<(i64, i64, i64)>,
+    pub due_in: Option<Duration>,
+}
 
 /// An ordered subscription: one transaction at a time holds its token. The
 /// holder continues after what it claimed; a new holder starts at the
 /// position, read after it got the token (so it sees the last holder's ack).
+/// With `attempts` (a database at 0.3.0), the token holder first delivers
+/// a dead letter put back, parks an event at the head whose attempts are
+/// used up, and waits for one nacked there.
 pub(super) fn poll_ordered(
     client: &mut SpiClient<'_>,
     sub: &Subscription,
     horizon: i64,
     max: i64,
-) -> SpiResult<Vec<(i64, i64)>> {
-    let (start, newly_locked) = match claims::claimed_through(sub.id, Key::Token) {
+    attempts: bool,
+) -> SpiResult<Polled> {
+    let (mut start, newly_locked) = match claims::claimed_through(sub.id, Key::Token) {
         Some(through) => (through, false),
         None if claims::try_lock(sub.id, Key::Token, Hold::Exclusive) => (read_position(client, sub.id)?, true),
-        None => return Ok(Vec::new()),
+        None => return Ok(Polled::default()),
     };
-    let (count, last) = next_events(client, sub, start, horizon, max)?;
-    let Some(last) = last else {
-        if newly_locked {
+    let unlock = |wrote: bool| {
+        if newly_locked && !wrote {
             claims::unlock(sub.id, Key::Token, Hold::Exclusive); // claimed nothing: the next poller may go on
         }
-        return Ok(Vec::new());
     };
+    let (mut count, mut first, mut last) = next_events(client, sub, start, horizon, max)?;
+    let put_back = if attempts { failures::due_put_back(client, sub.id, start)? } else { None };
+    if last.is_none() && put_back.is_none() {
+        let due_in = if attempts { failures::next_put_back(client, sub.id, start)? } else { None };
+        unlock(false);
+        return Ok(Polled { ranges: Vec::new(), due_in });
+    }
     if newly_locked {
         // Lock the row the ack updates (no other poller waits on it: they
         // wait for the token). Under repeatable read this fails with 40001
@@ -45,11 +65,102 @@ pub(super) fn poll_ordered(
         if locked != Some(start) {
             // A seek committed in between: start again from its position.
             claims::unlock(sub.id, Key::Token, Hold::Exclusive);
-            return poll_ordered(client, sub, horizon, max);
+            return poll_ordered(client, sub, horizon, max, attempts);
         }
     }
+    if !attempts {
+        claims::add(sub.id, Key::Token, start, last.unwrap_or(start), count);
+        return Ok(Polled { ranges: vec![(start, count, last.unwrap_or(start))], due_in: None });
+    }
+    // Put-back dead letters first, one at a time, each a delivery of its own.
+    if let Some(event) = put_back {
+        match failures::head(client, sub, event)? {
+            Head::Park { attempts } => {
+                failures::park(client, sub.id, event, attempts, None)?;
+                return Ok(Polled { ranges: Vec::new(), due_in: Some(Duration::ZERO) });
+            }
+            Head::Deliver | Head::Wait(_) | Head::Parked => {
+                claims::add(sub.id, Key::PutBack, event - 1, event, 1);
+                return Ok(Polled { ranges: vec![(event - 1, 1, event)], due_in: None });
+            }
+        }
+    }
+    let mut wrote = false;
+    while let Some(head) = first {
+        match failures::head(client, sub, head)? {
+            Head::Deliver => break,
+            Head::Wait(due_in) => {
+                unlock(wrote);
+                return Ok(Polled { ranges: Vec::new(), due_in: Some(due_in) });
+            }
+            verdict @ (Head::Park { .. } | Head::Parked) => {
+                if let Head::Park { attempts } = verdict {
+                    failures::park(client, sub.id, head, attempts, None)?;
+                }
+                // Settled: the subscription moves past it, in this transaction.
+                client.update(
+                    "UPDATE streams.subscription_state SET position = GREATEST(position, $2) WHERE id = $1",
+                    None,
+                    &[sub.id.into(), head.into()],
+                )?;
+                wrote = true;
+                start = head;
+                (count, first, last) = next_events(client, sub, start, horizon, max)?;
+            }
+        }
+    }
+    let Some(last) = last else {
+        unlock(wrote);
+        return Ok(Polled::default());
+    };
     claims::add(sub.id, Key::Token, start, last, count);
-    Ok(vec![(start, count)])
+    Ok(Polled { ranges: vec![(start, count, last)], due_in: None })
+}
+
+/// Whether the event at `position` is one of the subscription's: final,
+/// and of a stream its pattern selects.
+pub(super) fn is_event_of(client: &mut SpiClient<'_>, sub: &Subscription, position: i64) -> SpiResult<bool> {
+    let horizon = wait::horizon_seen_by_transaction();
+    Ok(position <= horizon && next_events(client, sub, position - 1, position, 1)?.0 == 1)
+}
+
+/// How many of the subscription's events each part of `(after, through]`
+/// holds (`count` in all) and their attempt: `(after, count, attempt)`
+/// pieces, read after the worker wrote this poll's delivery down.
+pub(super) fn with_attempts(
+    client: &mut SpiClient<'_>,
+    sub: &Subscription,
+    (after, count, through): (i64, i64, i64),
+) -> SpiResult<Vec<(i64, i64, i32)>> {
+    let segments = attempts::overlapping(client, sub.id, after, through)?;
+    if let [only] = segments.as_slice() {
+        if only.low <= after && only.high >= through {
+            return Ok(vec![(after, count, only.attempts)]);
+        }
+    }
+    // Cut at every segment boundary; a gap (never: the delivery was just
+    // written) counts as a first attempt.
+    let mut bounds: Vec<(i64, i64, i32)> = Vec::new();
+    let mut cursor = after;
+    for segment in &segments {
+        let (low, high) = (segment.low.max(after), segment.high.min(through));
+        if low > cursor {
+            bounds.push((cursor, low, 1));
+        }
+        bounds.push((low, high, segment.attempts));
+        cursor = high;
+    }
+    if cursor < through {
+        bounds.push((cursor, through, 1));
+    }
+    let mut pieces = Vec::with_capacity(bounds.len());
+    for (low, high, attempt) in bounds {
+        let (n, _, _) = next_events(client, sub, low, high, count)?;
+        if n > 0 {
+            pieces.push((low, n, attempt));
+        }
+    }
+    Ok(pieces)
 }
 
 /// An unordered subscription: take the lowest events of chunks no other
@@ -59,19 +170,24 @@ pub(super) fn poll_unordered(
     sub: &Subscription,
     horizon: i64,
     max: i64,
-) -> SpiResult<Vec<(i64, i64)>> {
+) -> SpiResult<Polled> {
     // Shared: other pollers go on; a seek or drop in progress keeps us out.
     if !claims::try_lock(sub.id, Key::Token, Hold::Shared) {
-        return Ok(Vec::new());
+        return Ok(Polled::default());
     }
-    let claimed = poll_chunks(client, sub, horizon, max)?;
-    if claimed.is_empty() {
+    let ranges = poll_chunks(client, sub, horizon, max)?;
+    if ranges.is_empty() {
         claims::unlock(sub.id, Key::Token, Hold::Shared);
     }
-    Ok(claimed)
+    Ok(Polled { ranges, due_in: None })
 }
 
-fn poll_chunks(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64, max: i64) -> SpiResult<Vec<(i64, i64)>> {
+fn poll_chunks(
+    client: &mut SpiClient<'_>,
+    sub: &Subscription,
+    horizon: i64,
+    max: i64,
+) -> SpiResult<Vec<(i64, i64, i64)>> {
     let held = claims::chunks_claimed();
     if held >= claims::MAX_CHUNKS_PER_TRANSACTION {
         StreamsError::TooManyClaims { subscription: sub.name.clone(), chunks: held }.raise();
@@ -137,7 +253,7 @@ fn poll_chunks(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64, max
             continue;
         }
         claims::add(sub.id, Key::Chunk(chunk), low, last, count);
-        claimed.push((low, count));
+        claimed.push((low, count, last));
     }
     claimed.sort_unstable();
     Ok(claimed)
@@ -176,20 +292,21 @@ pub(super) fn fold_finished_chunks(client: &mut SpiClient<'_>, sub: &Subscriptio
 }
 
 /// How many of the subscription's events `(after, upto]` holds, at most
-/// `limit`, and the position of the last of them.
+/// `limit`, and the positions of the first and the last of them.
 fn next_events(
     client: &mut SpiClient<'_>,
     sub: &Subscription,
     after: i64,
     upto: i64,
     limit: i64,
-) -> SpiResult<(i64, Option<i64>)> {
+) -> SpiResult<(i64, Option<i64>, Option<i64>)> {
     let (sql, args) = events_query(sub, after, upto, limit, "");
-    let sql = format!("SELECT pg_catalog.count(*), pg_catalog.max(n.position) FROM ({sql}) n");
+    let sql =
+        format!("SELECT pg_catalog.count(*), pg_catalog.min(n.position), pg_catalog.max(n.position) FROM ({sql}) n");
     with_latest_snapshot(|| {
         let rows = client.select(sql.as_str(), None, &args)?;
         let row = rows.first();
-        Ok((row.get::<i64>(1)?.unwrap_or(0), row.get::<i64>(2)?))
+        Ok((row.get::<i64>(1)?.unwrap_or(0), row.get::<i64>(2)?, row.get::<i64>(3)?))
     })
 }
 

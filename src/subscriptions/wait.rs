@@ -49,11 +49,18 @@ impl Waiter {
     /// Sleep until woken or the deadline; false when the wait is over.
     /// Raises on interrupts (cancel, timeouts, termination).
     pub fn sleep(&self) -> bool {
+        self.sleep_at_most(None)
+    }
+
+    /// [`Waiter::sleep`], waking after `due_in` at the latest (a nacked
+    /// event falls due).
+    pub fn sleep_at_most(&self, due_in: Option<Duration>) -> bool {
         let left = self.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return false;
         }
-        let timeout = left.min(recheck_after()).as_millis().max(1) as std::ffi::c_long;
+        let nap = due_in.map_or(recheck_after(), |due| due.min(recheck_after()));
+        let timeout = left.min(nap).as_millis().max(1) as std::ffi::c_long;
         // SAFETY: waits on this backend's own latch; WL_EXIT_ON_PM_DEATH ends
         // the process if the postmaster dies. Interrupt handlers set the
         // latch, and CHECK_FOR_INTERRUPTS raises through pgrx's guard.

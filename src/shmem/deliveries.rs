@@ -1,0 +1,153 @@
+//! One mailbox per backend for recording a poll's deliveries durably before
+//! the poll returns them.
+//!
+//! A transaction-scoped poll hands events to a transaction that may roll
+//! back, lose its session or die with the server: whatever it writes goes
+//! with it. The attempt count must survive all of that, so the poller asks
+//! its database's worker to write the delivery in a transaction of the
+//! worker's own, and waits for that commit (flushed, like every commit of
+//! the worker) before it returns the events. The poller writes its request
+//! here and sets the worker's latch; the worker copies the request, commits
+//! it, stores the sequence number in `done` and sets the poller's latch.
+//!
+//! A request is published by its sequence number: the poller writes the
+//! fields, then `requested` (release); the worker reads `requested`, copies
+//! the fields, and reads `requested` again: if it changed, the poller gave
+//! up on that request (a cancel) and wrote a new one, and the copy is
+//! dropped. Atomics only.
+
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
+
+use pgrx::pg_sys;
+
+use super::{available, mailboxes};
+
+/// The most ranges one request carries (one poll of an unordered
+/// subscription claims at most 16 chunks).
+pub const DELIVERY_RANGES: usize = 16;
+
+/// A backend's request to record deliveries, and the worker's answer.
+#[repr(C)]
+pub struct DeliveryMailbox {
+    db: AtomicU32,
+    subscription: AtomicI32,
+    /// The backend's pid and start time: who the events went to.
+    pid: AtomicI32,
+    started: AtomicI64,
+    len: AtomicU32,
+    /// `(after, through]` ranges of positions.
+    ranges: [[AtomicI64; 2]; DELIVERY_RANGES],
+    /// The sequence number of the request written last.
+    requested: AtomicU64,
+    /// The last request the worker committed.
+    done: AtomicU64,
+    /// The last request the worker could not commit (the server log says why).
+    failed: AtomicU64,
+}
+
+/// A request copied out of a mailbox.
+#[derive(Debug, Clone)]
+pub struct DeliveryRequest {
+    pub procno: usize,
+    pub sequence: u64,
+    pub subscription: i32,
+    pub pid: i32,
+    pub started: i64,
+    pub ranges: Vec<(i64, i64)>,
+}
+
+/// What became of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryAnswer {
+    Pending,
+    Done,
+    Failed,
+}
+
+/// This backend's mailbox.
+pub fn my_mailbox() -> Option<&'static DeliveryMailbox> {
+    // SAFETY: MyProc is set once the backend is connected.
+    let procno = unsafe { (*pg_sys::MyProc).pgprocno };
+    mailboxes().get(usize::try_from(procno).ok()?)
+}
+
+impl DeliveryMailbox {
+    /// Write a request and return its sequence number.
+    pub fn request(&self, db: u32, subscription: i32, pid: i32, started: i64, ranges: &[(i64, i64)]) -> u64 {
+        assert!(ranges.len() <= DELIVERY_RANGES, "at most {DELIVERY_RANGES} ranges per delivery");
+        self.db.store(db, Ordering::Relaxed);
+        self.subscription.store(subscription, Ordering::Relaxed);
+        self.pid.store(pid, Ordering::Relaxed);
+        self.started.store(started, Ordering::Relaxed);
+        self.len.store(ranges.len() as u32, Ordering::Relaxed);
+        for (place, (after, through)) in self.ranges.iter().zip(ranges) {
+            place[0].store(*after, Ordering::Relaxed);
+            place[1].store(*through, Ordering::Relaxed);
+        }
+        let sequence = self.requested.load(Ordering::Relaxed).max(self.done.load(Ordering::Relaxed)) + 1;
+        self.requested.store(sequence, Ordering::Release);
+        sequence
+    }
+
+    pub fn answer(&self, sequence: u64) -> DeliveryAnswer {
+        if self.done.load(Ordering::Acquire) >= sequence {
+            DeliveryAnswer::Done
+        } else if self.failed.load(Ordering::Acquire) >= sequence {
+            DeliveryAnswer::Failed
+        } else {
+            DeliveryAnswer::Pending
+        }
+    }
+}
+
+/// The requests waiting in database `db`, for its worker.
+pub fn delivery_requests(db: pg_sys::Oid) -> Vec<DeliveryRequest> {
+    if !available() {
+        return Vec::new();
+    }
+    let mut found = Vec::new();
+    for (procno, mailbox) in mailboxes().iter().enumerate() {
+        let sequence = mailbox.requested.load(Ordering::Acquire);
+        if sequence == 0
+            || mailbox.done.load(Ordering::Acquire) >= sequence
+            || mailbox.failed.load(Ordering::Acquire) >= sequence
+            || mailbox.db.load(Ordering::Relaxed) != db.to_u32()
+        {
+            continue;
+        }
+        let len = (mailbox.len.load(Ordering::Relaxed) as usize).min(DELIVERY_RANGES);
+        let ranges = mailbox.ranges[..len]
+            .iter()
+            .map(|r| (r[0].load(Ordering::Relaxed), r[1].load(Ordering::Relaxed)))
+            .collect();
+        let request = DeliveryRequest {
+            procno,
+            sequence,
+            subscription: mailbox.subscription.load(Ordering::Relaxed),
+            pid: mailbox.pid.load(Ordering::Relaxed),
+            started: mailbox.started.load(Ordering::Relaxed),
+            ranges,
+        };
+        if mailbox.requested.load(Ordering::Acquire) == sequence {
+            found.push(request);
+        }
+    }
+    found
+}
+
+/// The worker committed (or could not commit) these requests: tell their
+/// backends. Atomics and `SetLatch` only.
+pub fn answer_deliveries(requests: &[DeliveryRequest], committed: bool) {
+    let boxes = mailboxes();
+    for request in requests {
+        let Some(mailbox) = boxes.get(request.procno) else { continue };
+        let answer = if committed { &mailbox.done } else { &mailbox.failed };
+        answer.fetch_max(request.sequence, Ordering::AcqRel);
+        // SAFETY: ProcGlobal's allProcs has a PGPROC for every pgprocno the
+        // mailboxes are sized for; SetLatch never raises.
+        unsafe {
+            let proc_ = (*pg_sys::ProcGlobal).allProcs.add(request.procno);
+            pg_sys::SetLatch(&raw mut (*proc_).procLatch);
+        }
+    }
+}

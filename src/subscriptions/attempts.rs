@@ -1,0 +1,304 @@
+//! Attempts: how many times each event was handed to a consumer of a
+//! subscription without being settled (acked, parked or discarded).
+//!
+//! A poll's claims live in the consuming transaction, and whatever that
+//! transaction writes is gone when it rolls back, loses its session or dies
+//! with the server. So the poll asks the database's worker to write the
+//! delivery down in a transaction of the worker's own (shmem/deliveries.rs)
+//! and returns the events only once that commit is flushed: whatever ends
+//! the attempt afterwards, the next delivery counts one more.
+//!
+//! `streams.subscription_deliveries` holds the count as segments: every
+//! event of the subscription in `(low, high]` was delivered `attempts`
+//! times, last to the backend `delivered_to` (pid and start time, so that a
+//! nack after the consuming transaction failed is accepted from that
+//! session alone). A delivery of `(after, through]` adds one inside it,
+//! splitting the segments it cuts; an ack trims the settled events out, in
+//! the consuming transaction. Segments stay few: a consumer's deliveries
+//! are contiguous, and an ordered subscription's start where the last
+//! settled event ended.
+
+use std::time::{Duration, Instant};
+
+use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
+use pgrx::prelude::*;
+use pgrx::spi::{SpiClient, SpiResult};
+
+use super::poll::with_latest_snapshot;
+use crate::error::{OrRaise, StreamsError};
+use crate::shmem::{self, DeliveryAnswer, DeliveryRequest};
+
+/// The longest a poll waits without any worker before it gives up (one
+/// restarting after a crash attaches well within it).
+const NO_WORKER_GRACE: Duration = Duration::from_secs(10);
+
+/// How often a waiting poller sets the worker's latch again.
+const REWAKE: Duration = Duration::from_millis(100);
+
+/// Events of a subscription in `(low, high]`, delivered `attempts` times,
+/// last to backend `pid` started at `started`.
+#[derive(Debug, Clone)]
+pub(crate) struct Segment {
+    pub low: i64,
+    pub high: i64,
+    pub attempts: i32,
+    pub pid: i32,
+    /// Its start time (a raw TimestampTz).
+    pub started: i64,
+    /// None: now (a delivery being written).
+    pub delivered_at: Option<TimestampWithTimeZone>,
+}
+
+impl Segment {
+    fn cut(&self, low: i64, high: i64) -> Segment {
+        Segment { low, high, ..self.clone() }
+    }
+
+    /// Whether the backend running this is the one it was delivered to.
+    pub fn delivered_to_me(&self) -> bool {
+        // SAFETY: plain reads of this backend's pid and start time.
+        let (pid, started) = unsafe { (pg_sys::MyProcPid, pg_sys::MyStartTimestamp) };
+        self.pid == pid && self.started == started
+    }
+}
+
+/// Have the worker write down that this backend gets the subscription's
+/// events in each of `ranges` (`(after, through]`), and wait until it
+/// committed. Raises when it cannot (55000), or on interrupts.
+pub(super) fn record(subscription: i32, ranges: &[(i64, i64)]) {
+    if ranges.is_empty() {
+        return;
+    }
+    crate::require_preload().or_raise();
+    // SAFETY: plain reads of backend globals set once the backend is connected.
+    let (db, pid, started) = unsafe { (pg_sys::MyDatabaseId, pg_sys::MyProcPid, pg_sys::MyStartTimestamp) };
+    let (Some(entry), Some(mailbox)) = (shmem::find_db(db), shmem::my_mailbox()) else {
+        StreamsError::DeliveryNotRecorded { worker: false }.raise()
+    };
+    let sequence = mailbox.request(db.to_u32(), subscription, pid, started, ranges);
+    let mut without_worker: Option<Instant> = None;
+    loop {
+        // Reset first: an answer after the look below sets the latch again.
+        // SAFETY: MyLatch is this backend's own latch.
+        unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
+        match mailbox.answer(sequence) {
+            DeliveryAnswer::Done => return,
+            DeliveryAnswer::Failed => StreamsError::DeliveryNotRecorded { worker: true }.raise(),
+            DeliveryAnswer::Pending => {}
+        }
+        if entry.is_for(db) && entry.wake_for_deliveries() {
+            without_worker = None;
+        } else if without_worker.get_or_insert_with(Instant::now).elapsed() > NO_WORKER_GRACE {
+            StreamsError::DeliveryNotRecorded { worker: false }.raise();
+        }
+        // SAFETY: waits on this backend's own latch; WL_EXIT_ON_PM_DEATH ends
+        // the process if the postmaster dies; interrupts set the latch and
+        // CHECK_FOR_INTERRUPTS raises through pgrx's guard.
+        unsafe {
+            pg_sys::WaitLatch(
+                pg_sys::MyLatch,
+                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+                REWAKE.as_millis() as std::ffi::c_long,
+                pg_sys::PG_WAIT_EXTENSION,
+            );
+        }
+        pg_sys::check_for_interrupts!();
+    }
+}
+
+/// The worker's side: write down every request, in the worker's current
+/// transaction (it commits them all at once).
+pub(crate) fn write_requests(requests: &[DeliveryRequest]) -> SpiResult<()> {
+    Spi::connect_mut(|client| {
+        for request in requests {
+            for &(after, through) in &request.ranges {
+                add_delivery(client, request.subscription, after, through, request.pid, request.started)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// One more delivery of the events in `(after, through]`.
+fn add_delivery(
+    client: &mut SpiClient<'_>,
+    subscription: i32,
+    after: i64,
+    through: i64,
+    pid: i32,
+    started: i64,
+) -> SpiResult<()> {
+    if through <= after {
+        return Ok(());
+    }
+    let fresh = |low, high, attempts| Segment { low, high, attempts, pid, started, delivered_at: None };
+    let old = overlapping(client, subscription, after, through)?;
+    let mut pieces = Vec::with_capacity(old.len() * 2 + 1);
+    let mut cursor = after;
+    for segment in &old {
+        if segment.low < after {
+            pieces.push(segment.cut(segment.low, after));
+        }
+        if segment.low > cursor {
+            pieces.push(fresh(cursor, segment.low, 1));
+        }
+        let (low, high) = (segment.low.max(after), segment.high.min(through));
+        pieces.push(fresh(low, high, segment.attempts.saturating_add(1)));
+        if segment.high > through {
+            pieces.push(segment.cut(through, segment.high));
+        }
+        cursor = cursor.max(high);
+    }
+    if cursor < through {
+        pieces.push(fresh(cursor, through, 1));
+    }
+    replace(client, subscription, after, through, &merge(pieces))
+}
+
+/// The events in `(after, through]` are settled, except those in `keep`
+/// (nacked: their count goes on): drop them from the segments.
+pub(super) fn settle(
+    client: &mut SpiClient<'_>,
+    subscription: i32,
+    after: i64,
+    through: i64,
+    keep: &[i64],
+) -> SpiResult<()> {
+    if through <= after {
+        return Ok(());
+    }
+    let old = overlapping(client, subscription, after, through)?;
+    if old.is_empty() {
+        return Ok(());
+    }
+    let mut pieces = Vec::with_capacity(old.len() * 2 + keep.len());
+    for segment in &old {
+        if segment.low < after {
+            pieces.push(segment.cut(segment.low, after));
+        }
+        let (low, high) = (segment.low.max(after), segment.high.min(through));
+        let mut kept: Vec<i64> = keep.iter().copied().filter(|&k| k > low && k <= high).collect();
+        kept.sort_unstable();
+        kept.dedup();
+        pieces.extend(kept.into_iter().map(|k| segment.cut(k - 1, k)));
+        if segment.high > through {
+            pieces.push(segment.cut(through, segment.high));
+        }
+    }
+    replace(client, subscription, after, through, &pieces)
+}
+
+/// Forget every count of the subscription (a seek starts afresh).
+pub(super) fn forget_all(client: &mut SpiClient<'_>, subscription: i32) -> SpiResult<()> {
+    client.update(
+        "DELETE FROM streams.subscription_deliveries WHERE subscription = $1",
+        None,
+        &[subscription.into()],
+    )?;
+    Ok(())
+}
+
+/// Adjacent pieces delivered alike become one.
+fn merge(pieces: Vec<Segment>) -> Vec<Segment> {
+    let mut merged: Vec<Segment> = Vec::with_capacity(pieces.len());
+    for piece in pieces {
+        match merged.last_mut() {
+            Some(last)
+                if last.high == piece.low
+                    && last.attempts == piece.attempts
+                    && last.pid == piece.pid
+                    && last.delivered_at.is_none()
+                    && piece.delivered_at.is_none() =>
+            {
+                last.high = piece.high;
+            }
+            _ => merged.push(piece),
+        }
+    }
+    merged
+}
+
+/// The segments that overlap `(after, through]`, in order, read with a
+/// snapshot taken now (the worker's commit of this poll's delivery).
+pub(super) fn overlapping(
+    client: &mut SpiClient<'_>,
+    subscription: i32,
+    after: i64,
+    through: i64,
+) -> SpiResult<Vec<Segment>> {
+    let args: [DatumWithOid; 3] = [subscription.into(), after.into(), through.into()];
+    with_latest_snapshot(|| {
+        client
+            .select(
+                "SELECT d.low, d.high, d.attempts, d.delivered_to, d.delivered_to_start, d.delivered_at
+                 FROM streams.subscription_deliveries d
+                 WHERE d.subscription = $1 AND d.low < $3 AND d.high > $2
+                 ORDER BY d.low",
+                None,
+                &args,
+            )?
+            .map(|row| {
+                Ok(Segment {
+                    low: row.get::<i64>(1)?.unwrap_or(0),
+                    high: row.get::<i64>(2)?.unwrap_or(0),
+                    attempts: row.get::<i32>(3)?.unwrap_or(0),
+                    pid: row.get::<i32>(4)?.unwrap_or(0),
+                    started: row.get::<TimestampWithTimeZone>(5)?.map_or(i64::MIN, pg_sys::TimestampTz::from),
+                    delivered_at: row.get::<TimestampWithTimeZone>(6)?,
+                })
+            })
+            .collect()
+    })
+}
+
+/// The segment that holds `position`, if it was delivered and not settled.
+pub(crate) fn at(client: &mut SpiClient<'_>, subscription: i32, position: i64) -> SpiResult<Option<Segment>> {
+    Ok(overlapping(client, subscription, position - 1, position)?.into_iter().next())
+}
+
+/// Replace the segments that overlap `(after, through]` with `pieces`.
+fn replace(
+    client: &mut SpiClient<'_>,
+    subscription: i32,
+    after: i64,
+    through: i64,
+    pieces: &[Segment],
+) -> SpiResult<()> {
+    let args: [DatumWithOid; 3] = [subscription.into(), after.into(), through.into()];
+    client.update(
+        "DELETE FROM streams.subscription_deliveries d WHERE d.subscription = $1 AND d.low < $3 AND d.high > $2",
+        None,
+        &args,
+    )?;
+    if pieces.is_empty() {
+        return Ok(());
+    }
+    let lows: Vec<i64> = pieces.iter().map(|p| p.low).collect();
+    let highs: Vec<i64> = pieces.iter().map(|p| p.high).collect();
+    let attempts: Vec<i32> = pieces.iter().map(|p| p.attempts).collect();
+    let pids: Vec<i32> = pieces.iter().map(|p| p.pid).collect();
+    let started: Vec<Option<TimestampWithTimeZone>> =
+        pieces.iter().map(|p| TimestampWithTimeZone::try_from(p.started).ok()).collect();
+    let delivered: Vec<Option<TimestampWithTimeZone>> = pieces.iter().map(|p| p.delivered_at).collect();
+    let args: [DatumWithOid; 7] = [
+        subscription.into(),
+        lows.into(),
+        highs.into(),
+        attempts.into(),
+        pids.into(),
+        started.into(),
+        delivered.into(),
+    ];
+    client.update(
+        "INSERT INTO streams.subscription_deliveries
+             (subscription, low, high, attempts, delivered_to, delivered_to_start, delivered_at)
+         SELECT $1, u.low, u.high, u.attempts, u.pid, coalesce(u.started, '-infinity'), coalesce(u.delivered_at, pg_catalog.now())
+         FROM ROWS FROM (pg_catalog.unnest($2::bigint[]), pg_catalog.unnest($3::bigint[]),
+                         pg_catalog.unnest($4::integer[]), pg_catalog.unnest($5::integer[]),
+                         pg_catalog.unnest($6::timestamptz[]), pg_catalog.unnest($7::timestamptz[]))
+              AS u(low, high, attempts, pid, started, delivered_at)",
+        None,
+        &args,
+    )?;
+    Ok(())
+}

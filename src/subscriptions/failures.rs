@@ -1,0 +1,275 @@
+//! Failures: events a consumer nacked, waiting for their next attempt, and
+//! dead letters, events parked after `max_attempts` attempts
+//! (`streams.subscription_failures`; the events stay in the log, untouched).
+//!
+//! An ordered subscription is processed in position order, so a nacked
+//! event at its head holds the subscription until it is due; once its
+//! attempts are used up the next poll parks it and moves on. A dead letter
+//! put back (`retry_dead_letter`) lies below the position: the token
+//! holder delivers it before the next events, out of order, as attempt 1.
+
+use std::time::Duration;
+
+use pgrx::datum::{DatumWithOid, Interval};
+use pgrx::prelude::*;
+use pgrx::spi::{SpiClient, SpiResult};
+
+use super::claims::{self, Hold, Key};
+use super::poll::with_latest_snapshot;
+use super::{as_owner, attempts, open, refuse_webhook, wait::wait_duration, Subscription};
+use crate::error::{OrRaise, StreamsError};
+
+/// The longest `retry_after` and backoff: a nack is a delay, not a parking.
+pub(super) const LONGEST_DELAY: Duration = Duration::from_secs(30 * 86_400);
+
+/// The most bytes of a nack's reason that are kept.
+const REASON_LIMIT: usize = 1000;
+
+/// What the event at an ordered subscription's head (or a put-back dead
+/// letter) calls for.
+pub(super) enum Head {
+    Deliver,
+    /// Parked already (by a nack at its last attempt): move past it.
+    Parked,
+    /// Its attempts are used up: park it, then move past it.
+    Park {
+        attempts: i32,
+    },
+    /// Nacked: not before this much time.
+    Wait(Duration),
+}
+
+/// What the event at `position` calls for.
+pub(super) fn head(client: &mut SpiClient<'_>, sub: &Subscription, position: i64) -> SpiResult<Head> {
+    let args: [DatumWithOid; 2] = [sub.id.into(), position.into()];
+    let (attempts, parked, wait_us) = with_latest_snapshot(|| {
+        let rows = client.select(
+            "SELECT (SELECT d.attempts FROM streams.subscription_deliveries d
+                     WHERE d.subscription = $1 AND d.low < $2 AND d.high >= $2),
+                    f.parked_at IS NOT NULL,
+                    (pg_catalog.date_part('epoch', f.retry_at - pg_catalog.clock_timestamp()) * 1e6)::bigint
+             FROM (SELECT) one
+             LEFT JOIN streams.subscription_failures f ON f.subscription = $1 AND f.position = $2",
+            None,
+            &args,
+        )?;
+        let row = rows.first();
+        Ok::<_, pgrx::spi::Error>((
+            row.get::<i32>(1)?.unwrap_or(0),
+            row.get::<bool>(2)?.unwrap_or(false),
+            row.get::<i64>(3)?.unwrap_or(0),
+        ))
+    })?;
+    Ok(if parked {
+        Head::Parked
+    } else if sub.max_attempts.is_some_and(|max| attempts >= max) {
+        Head::Park { attempts }
+    } else if wait_us > 0 {
+        Head::Wait(Duration::from_micros(wait_us as u64))
+    } else {
+        Head::Deliver
+    })
+}
+
+/// Park the event at `position` after `attempts` attempts (`reason`: the
+/// last nack's): a dead letter, settled for the attempt count.
+pub(super) fn park(
+    client: &mut SpiClient<'_>,
+    sub: i32,
+    position: i64,
+    attempts: i32,
+    reason: Option<&str>,
+) -> SpiResult<()> {
+    let args: [DatumWithOid; 4] = [sub.into(), position.into(), attempts.into(), reason.into()];
+    client.update(
+        "INSERT INTO streams.subscription_failures AS f
+             (subscription, position, attempts, first_error, last_error, first_failed_at, last_failed_at, parked_at)
+         VALUES ($1, $2, $3, $4, $4, CASE WHEN $4 IS NOT NULL THEN pg_catalog.now() END,
+                 CASE WHEN $4 IS NOT NULL THEN pg_catalog.now() END, pg_catalog.now())
+         ON CONFLICT (subscription, position) DO UPDATE
+         SET attempts = excluded.attempts, parked_at = excluded.parked_at, retry_at = NULL,
+             first_error = coalesce(f.first_error, excluded.first_error),
+             last_error = coalesce(excluded.last_error, f.last_error),
+             first_failed_at = coalesce(f.first_failed_at, excluded.first_failed_at),
+             last_failed_at = coalesce(excluded.last_failed_at, f.last_failed_at)",
+        None,
+        &args,
+    )?;
+    attempts::settle(client, sub, position - 1, position, &[])
+}
+
+/// The lowest put-back dead letter at or below `position` that is due.
+pub(super) fn due_put_back(client: &mut SpiClient<'_>, sub: i32, position: i64) -> SpiResult<Option<i64>> {
+    let args: [DatumWithOid; 2] = [sub.into(), position.into()];
+    with_latest_snapshot(|| {
+        let rows = client.select(
+            "SELECT f.position FROM streams.subscription_failures f
+             WHERE f.subscription = $1 AND f.parked_at IS NULL AND f.position <= $2
+               AND (f.retry_at IS NULL OR f.retry_at <= pg_catalog.clock_timestamp())
+             ORDER BY f.position LIMIT 1",
+            None,
+            &args,
+        )?;
+        if rows.is_empty() {
+            Ok(None)
+        } else {
+            rows.first().get::<i64>(1)
+        }
+    })
+}
+
+/// How long until the first put-back dead letter at or below `position`
+/// that is not yet due becomes due.
+pub(super) fn next_put_back(client: &mut SpiClient<'_>, sub: i32, position: i64) -> SpiResult<Option<Duration>> {
+    let args: [DatumWithOid; 2] = [sub.into(), position.into()];
+    with_latest_snapshot(|| {
+        let rows = client.select(
+            "SELECT (pg_catalog.date_part('epoch', pg_catalog.min(f.retry_at) - pg_catalog.clock_timestamp()) * 1e6)::bigint
+             FROM streams.subscription_failures f
+             WHERE f.subscription = $1 AND f.parked_at IS NULL AND f.position <= $2",
+            None,
+            &args,
+        )?;
+        Ok(rows.first().get::<i64>(1)?.map(|us| Duration::from_micros(us.max(1) as u64)))
+    })
+}
+
+/// The events in `(after, through]` succeeded (all but `keep`): forget
+/// their failures.
+pub(super) fn forget(client: &mut SpiClient<'_>, sub: i32, after: i64, through: i64, keep: &[i64]) -> SpiResult<()> {
+    let args: [DatumWithOid; 4] = [sub.into(), after.into(), through.into(), keep.to_vec().into()];
+    client.update(
+        "DELETE FROM streams.subscription_failures f
+         WHERE f.subscription = $1 AND f.position > $2 AND f.position <= $3 AND f.parked_at IS NULL
+           AND f.position <> ALL ($4::bigint[])",
+        None,
+        &args,
+    )?;
+    Ok(())
+}
+
+/// Forget the failures that are not dead letters (a seek starts afresh).
+pub(super) fn forget_pending(client: &mut SpiClient<'_>, sub: i32) -> SpiResult<()> {
+    client.update(
+        "DELETE FROM streams.subscription_failures f WHERE f.subscription = $1 AND f.parked_at IS NULL",
+        None,
+        &[sub.into()],
+    )?;
+    Ok(())
+}
+
+/// `streams.nack(subscription, position, retry_after, reason)`.
+#[pg_extern(sql = false)]
+fn _nack(subscription: Option<&str>, position: Option<i64>, retry_after: Option<Interval>, reason: Option<&str>) {
+    // The readers' lock order first: an upgrade step takes it too.
+    crate::log::catalog::lock_for_reading();
+    let name = subscription.ok_or(StreamsError::NullArgument("subscription")).or_raise();
+    let position = position.ok_or(StreamsError::NullArgument("position")).or_raise();
+    let retry_after = retry_after.map(|r| delay(&r, "retry_after"));
+    if reason.is_some_and(|r| r.len() > REASON_LIMIT) {
+        StreamsError::TextTooLong { argument: "reason", limit: REASON_LIMIT }.raise();
+    }
+    let sub = open(name);
+    refuse_webhook(&sub);
+    if !sub.ordered {
+        StreamsError::NeedsOrdered { function: "streams.nack", subscription: sub.name.clone() }.raise();
+    }
+    let refuse =
+        |why: &'static str| StreamsError::NackNotDelivered { subscription: sub.name.clone(), position, reason: why };
+    let polled_here = claims::of(sub.id).iter().any(|c| c.low < position && position <= c.high);
+    if !polled_here && !claims::try_lock(sub.id, Key::Token, Hold::Exclusive) {
+        // Its consumer holds the subscription now; this session's attempt is over.
+        refuse("is being delivered to another transaction").raise();
+    }
+    as_owner(|client| {
+        let Some(segment) = attempts::at(client, sub.id, position)? else {
+            refuse("was not delivered, or is settled").raise()
+        };
+        if !polled_here && !segment.delivered_to_me() {
+            refuse("was delivered to another session").raise();
+        }
+        if !super::poll::is_event_of(client, &sub, position)? {
+            refuse("is not an event of the subscription").raise();
+        }
+        if sub.max_attempts.is_some_and(|max| segment.attempts >= max) {
+            return park(client, sub.id, position, segment.attempts, reason);
+        }
+        let delay = retry_after.unwrap_or_else(|| {
+            // SAFETY: the backend's own PRNG state, seeded at backend start.
+            let unit = unsafe { pg_sys::pg_prng_double(&raw mut pg_sys::pg_global_prng_state) };
+            Duration::from_micros(litebase_streams_core::backoff::retry_delay_us(
+                segment.attempts,
+                sub.backoff_min_us,
+                sub.backoff_max_us,
+                unit,
+            ) as u64)
+        });
+        let args: [DatumWithOid; 5] =
+            [sub.id.into(), position.into(), segment.attempts.into(), reason.into(), (delay.as_micros() as i64).into()];
+        client.update(
+            "INSERT INTO streams.subscription_failures AS f
+                 (subscription, position, attempts, first_error, last_error, first_failed_at, last_failed_at, retry_at)
+             VALUES ($1, $2, $3, $4, $4, pg_catalog.now(), pg_catalog.now(),
+                     pg_catalog.now() + pg_catalog.make_interval(secs => $5::double precision / 1e6))
+             ON CONFLICT (subscription, position) DO UPDATE
+             SET attempts = excluded.attempts, last_error = excluded.last_error,
+                 first_error = coalesce(f.first_error, excluded.first_error),
+                 last_failed_at = excluded.last_failed_at, retry_at = excluded.retry_at, parked_at = NULL",
+            None,
+            &args,
+        )?;
+        Ok(())
+    });
+    if polled_here {
+        claims::note_nacked(sub.id, position);
+    }
+}
+
+/// An interval argument of at most [`LONGEST_DELAY`]; 22023 otherwise.
+pub(super) fn delay(interval: &Interval, argument: &'static str) -> Duration {
+    let delay = wait_duration(interval, argument).or_raise();
+    if delay > LONGEST_DELAY {
+        StreamsError::IntervalOutOfRange { argument }.raise();
+    }
+    delay
+}
+
+/// `streams.retry_dead_letter(subscription, position)`: put one dead
+/// letter (or, position NULL, all) back; how many.
+#[pg_extern(sql = false)]
+fn _retry_dead_letter(subscription: Option<&str>, position: Option<i64>) -> i64 {
+    settle_dead_letters(
+        subscription,
+        position,
+        // Delivered again as attempt 1: its old attempts are in the row only.
+        "UPDATE streams.subscription_failures f SET parked_at = NULL, retry_at = NULL
+         WHERE f.subscription = $1 AND f.parked_at IS NOT NULL AND ($2::bigint IS NULL OR f.position = $2)",
+    )
+}
+
+/// `streams.discard_dead_letter(subscription, position)`: drop one dead
+/// letter (or all); how many. The event stays in the log.
+#[pg_extern(sql = false)]
+fn _discard_dead_letter(subscription: Option<&str>, position: Option<i64>) -> i64 {
+    settle_dead_letters(
+        subscription,
+        position,
+        "DELETE FROM streams.subscription_failures f
+         WHERE f.subscription = $1 AND f.parked_at IS NOT NULL AND ($2::bigint IS NULL OR f.position = $2)",
+    )
+}
+
+fn settle_dead_letters(subscription: Option<&str>, position: Option<i64>, statement: &str) -> i64 {
+    crate::log::catalog::lock_for_reading();
+    let name = subscription.ok_or(StreamsError::NullArgument("subscription")).or_raise();
+    let sub = open(name);
+    refuse_webhook(&sub);
+    let changed = as_owner(|client| {
+        let args: [DatumWithOid; 2] = [sub.id.into(), position.into()];
+        Ok(client.update(statement, None, &args)?.len() as i64)
+    });
+    if let (Some(position), 0) = (position, changed) {
+        StreamsError::NotADeadLetter { subscription: sub.name, position }.raise();
+    }
+    changed
+}
