@@ -61,7 +61,8 @@ GRANT EXECUTE ON FUNCTION
     streams.discard_dead_letter(text, bigint),
     streams.seek(text, bigint, timestamptz, xid8),
     streams._create_subscription(text, text, bigint, boolean, integer, interval, interval, boolean),
-    streams._seek_subscription(text, bigint), streams._claim(text, integer, interval), streams._chunk(bigint),
+    streams._seek_subscription(text, bigint), streams._poll(text, integer, interval),
+    streams._claim(text, integer, interval), streams._chunk(bigint),
     streams._claims(), streams._start_position(text, bigint, timestamptz, xid8) TO PUBLIC;
 
 -- Webhooks: creating one is a privilege of its own, for nobody until granted:

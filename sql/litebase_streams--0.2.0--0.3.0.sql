@@ -285,7 +285,6 @@ SELECT pg_catalog.pg_extension_config_dump('streams.subscription_failures', '');
 DROP FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean);
 DROP FUNCTION streams._create_subscription(text, text, bigint, boolean);
 DROP FUNCTION streams.poll(text, integer, interval);
-DROP FUNCTION streams._poll(text, integer, interval);
 CREATE FUNCTION streams._create_subscription(name text, stream text, start bigint, ordered boolean,
     max_attempts integer, backoff_min interval, backoff_max interval, if_not_exists boolean) RETURNS void
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_create_subscription_with_retries_wrapper';
@@ -465,6 +464,7 @@ WHERE f.parked_at IS NOT NULL AND pg_catalog.pg_has_role(s.owner, 'USAGE');
 
 
 COMMENT ON FUNCTION streams._create_subscription(text, text, bigint, boolean, integer, interval, interval, boolean) IS 'Internal: create_subscription once the start position is known.';
+COMMENT ON FUNCTION streams._poll(text, integer, interval) IS 'Internal: streams._claim without the attempts (the 0.2.0 form, for polls compiled before an update).';
 COMMENT ON FUNCTION streams._claim(text, integer, interval) IS 'Internal: claim the next events of a subscription, as ranges of positions with their attempt.';
 COMMENT ON FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, integer, interval, interval, boolean) IS 'Create a durable, named subscription to a stream, ''prefix.*'' or ''*''; max_attempts and backoff for failing events.';
 COMMENT ON FUNCTION streams.alter_subscription(text, integer, interval, interval, boolean) IS 'Change a subscription''s max_attempts and backoff.';

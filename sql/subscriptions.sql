@@ -106,6 +106,11 @@ CREATE FUNCTION streams._create_subscription(name text, stream text, start bigin
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_create_subscription_with_retries_wrapper';
 CREATE FUNCTION streams._seek_subscription(name text, start bigint) RETURNS void
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_seek_subscription_wrapper';
+-- _poll: the same claim without the attempts, for a poll compiled before
+-- an update to 0.3.0 and running after it.
+CREATE FUNCTION streams._poll(subscription text, max_events integer, wait interval)
+RETURNS TABLE (stream text, after bigint, count integer)
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_poll_wrapper';
 CREATE FUNCTION streams._claim(subscription text, max_events integer, wait interval)
 RETURNS TABLE (stream text, after bigint, count integer, attempt integer)
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_claim_wrapper';
@@ -343,6 +348,7 @@ COMMENT ON TABLE streams.subscription_progress IS 'Unordered subscriptions: the 
 COMMENT ON SEQUENCE streams.subscription_ids IS 'Ids of subscriptions (keys of their claim locks).';
 COMMENT ON FUNCTION streams._create_subscription(text, text, bigint, boolean, integer, interval, interval, boolean) IS 'Internal: create_subscription once the start position is known.';
 COMMENT ON FUNCTION streams._seek_subscription(text, bigint) IS 'Internal: seek once the position is known.';
+COMMENT ON FUNCTION streams._poll(text, integer, interval) IS 'Internal: streams._claim without the attempts (the 0.2.0 form, for polls compiled before an update).';
 COMMENT ON FUNCTION streams._claim(text, integer, interval) IS 'Internal: claim the next events of a subscription, as ranges of positions with their attempt.';
 COMMENT ON FUNCTION streams._chunk(bigint) IS 'Internal: the chunk (1024 positions) of an unordered subscription a position falls in.';
 COMMENT ON FUNCTION streams._claims() IS 'Internal: the events open transactions of this database claimed, per subscription and pid.';

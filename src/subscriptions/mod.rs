@@ -315,14 +315,16 @@ fn _seek_subscription(name: Option<&str>, start: Option<i64>) {
 
 /// `streams._poll(subscription, max_events, wait)`: claim the next events
 /// and return them as ranges: `count` events of `stream` after `after`.
-/// The 0.2.0 form, for databases not yet updated (no attempts).
+/// The 0.2.0 form: for databases not yet updated, and for a poll compiled
+/// before an update that runs after it (its attempts are counted, not
+/// returned).
 #[pg_extern(sql = false)]
 fn _poll(
     subscription: Option<&str>,
     max_events: Option<i32>,
     wait: Option<Interval>,
 ) -> TableIterator<'static, (name!(stream, String), name!(after, i64), name!(count, i32))> {
-    let (stream, pieces) = claim(subscription, max_events, wait, false);
+    let (stream, pieces) = claim(subscription, max_events, wait, tracks_attempts());
     TableIterator::new(pieces.into_iter().map(move |(after, count, _)| (stream.clone(), after, count as i32)))
 }
 
