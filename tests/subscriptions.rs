@@ -4,7 +4,8 @@
 //! interrupted, see only their pattern's streams, and refuse bad arguments.
 //! Competing and ordered consumers, savepoints and two-phase commit are in
 //! tests/subscription_claims.rs; privileges and hostile roles in
-//! tests/subscription_security.rs.
+//! tests/subscription_security.rs; retries, nack and dead letters in
+//! tests/subscription_retries.rs.
 #![cfg(feature = "integration")]
 
 mod common;
