@@ -56,13 +56,14 @@ GRANT SELECT ON streams.subscriptions, streams.dead_letters TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
     streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, integer, interval, interval, boolean),
     streams.alter_subscription(text, integer, interval, interval, boolean),
-    streams.drop_subscription(text), streams.poll(text, integer, interval), streams.ack(text, bigint),
-    streams.nack(text, bigint, interval, text), streams.retry_dead_letter(text, bigint),
+    streams.drop_subscription(text), streams.poll(text, integer, interval, interval), streams.ack(text, bigint),
+    streams.ack(text, bigint, bigint), streams.extend_lease(text, bigint, interval),
+    streams.nack(text, bigint, interval, text, bigint), streams.retry_dead_letter(text, bigint),
     streams.discard_dead_letter(text, bigint),
     streams.seek(text, bigint, timestamptz, xid8),
     streams._create_subscription(text, text, bigint, boolean, integer, interval, interval, boolean),
     streams._seek_subscription(text, bigint), streams._poll(text, integer, interval),
-    streams._claim(text, integer, interval), streams._chunk(bigint),
+    streams._claim(text, integer, interval, interval), streams._chunk(bigint),
     streams._claims(), streams._start_position(text, bigint, timestamptz, xid8) TO PUBLIC;
 
 -- Webhooks: creating one is a privilege of its own, for nobody until granted:

@@ -249,7 +249,7 @@ ALTER TABLE streams.subscription_state
 -- delivered `attempts` times, last to the backend with pid delivered_to
 -- that started at delivered_to_start. Written by the database's worker in
 -- transactions of its own before a poll returns (src/subscriptions/attempts.rs),
--- trimmed by acks.
+-- trimmed by acks. A lease's events carry its id and expiry.
 CREATE TABLE streams.subscription_deliveries (
     subscription       integer NOT NULL REFERENCES streams.subscription_state (id) ON DELETE CASCADE,
     low                bigint NOT NULL,
@@ -258,6 +258,9 @@ CREATE TABLE streams.subscription_deliveries (
     delivered_to       integer NOT NULL,
     delivered_to_start timestamptz NOT NULL,
     delivered_at       timestamptz NOT NULL,
+    -- Delivered under a lease (poll(lease => ...)): claimed until leased_until.
+    lease              bigint,
+    leased_until       timestamptz,
     PRIMARY KEY (subscription, low)
 );
 
@@ -288,8 +291,8 @@ DROP FUNCTION streams.poll(text, integer, interval);
 CREATE FUNCTION streams._create_subscription(name text, stream text, start bigint, ordered boolean,
     max_attempts integer, backoff_min interval, backoff_max interval, if_not_exists boolean) RETURNS void
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_create_subscription_with_retries_wrapper';
-CREATE FUNCTION streams._claim(subscription text, max_events integer, wait interval)
-RETURNS TABLE (stream text, after bigint, count integer, attempt integer)
+CREATE FUNCTION streams._claim(subscription text, max_events integer, wait interval, lease interval)
+RETURNS TABLE (stream text, after bigint, count integer, attempt integer, lease bigint)
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_claim_wrapper';
 -- streams.create_subscription(name, stream, after, since, from_tx, ordered,
 --     max_attempts, backoff_min, backoff_max, if_not_exists) -> void
@@ -337,16 +340,21 @@ CREATE FUNCTION streams.alter_subscription(
 ) RETURNS void
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_alter_subscription_wrapper';
 
--- streams.poll(subscription, max_events, wait) -> table of events and attempts
+-- streams.poll(subscription, max_events, wait, lease) -> table of events
 -- The next final events of the subscription that are neither processed nor
 -- claimed by another open transaction, in position order, at most
 -- max_events (1 to 10000), claimed for the caller's transaction, each with
 -- its delivery attempt (1 the first time), written down before they are
 -- returned. With wait and nothing to return, sleeps until events arrive or
--- wait is over. Two statements on purpose: the second one's snapshot sees
--- every claimed event.
-CREATE FUNCTION streams.poll(subscription text, max_events integer DEFAULT 100, wait interval DEFAULT '0')
-RETURNS TABLE ("position" bigint, stream text, "time" timestamptz, tx xid8, data jsonb, attempt integer)
+-- wait is over. With lease (ordered subscriptions): claimed for that long
+-- instead, under the lease id in the lease_id column, to settle from any
+-- session with ack(subscription, through, lease) or nack(..., lease => ...).
+-- Two statements on purpose: the second one's snapshot sees every claimed
+-- event.
+CREATE FUNCTION streams.poll(subscription text, max_events integer DEFAULT 100, wait interval DEFAULT '0',
+                             lease interval DEFAULT NULL)
+RETURNS TABLE ("position" bigint, stream text, "time" timestamptz, tx xid8, data jsonb, attempt integer,
+               lease_id bigint)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -354,13 +362,15 @@ DECLARE
     afters bigint[];
     counts integer[];
     attempts integer[];
+    leased bigint;
 BEGIN
     SELECT pg_catalog.min(c.stream), pg_catalog.array_agg(c.after ORDER BY c.after),
-           pg_catalog.array_agg(c.count ORDER BY c.after), pg_catalog.array_agg(c.attempt ORDER BY c.after)
-    INTO pattern, afters, counts, attempts
-    FROM streams._claim(poll.subscription, poll.max_events, poll.wait) c;
+           pg_catalog.array_agg(c.count ORDER BY c.after), pg_catalog.array_agg(c.attempt ORDER BY c.after),
+           pg_catalog.min(c.lease)
+    INTO pattern, afters, counts, attempts, leased
+    FROM streams._claim(poll.subscription, poll.max_events, poll.wait, poll.lease) c;
     RETURN QUERY
-        SELECT e.position, e.stream, e.time, e.tx, e.data, c.attempt
+        SELECT e.position, e.stream, e.time, e.tx, e.data, c.attempt, leased
         FROM ROWS FROM (pg_catalog.unnest(afters), pg_catalog.unnest(counts), pg_catalog.unnest(attempts))
              AS c(after, count, attempt)
         CROSS JOIN LATERAL streams.replay(pattern, after => c.after, max_events => c.count) e
@@ -372,12 +382,26 @@ $$;
 -- The event failed: deliver it again not before retry_after (NULL: the
 -- subscription's backoff), recording the reason. In the transaction that
 -- polled it (an ack there stops before it), or after that transaction
--- failed, from the same session, until it is delivered again. At its last
--- attempt it is parked as a dead letter. 55000 for an event that is not
--- the caller's to settle.
+-- failed, from the same session, until it is delivered again; or, with
+-- lease, from any session while the lease is live (the lease ends: its
+-- events not acked come again). At its last attempt it is parked as a dead
+-- letter. 55000 for an event that is not the caller's to settle.
 CREATE FUNCTION streams.nack(subscription text, "position" bigint, retry_after interval DEFAULT NULL,
-                             reason text DEFAULT NULL) RETURNS void
+                             reason text DEFAULT NULL, lease bigint DEFAULT NULL) RETURNS void
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_nack_wrapper';
+
+-- streams.ack(subscription, through, lease) -> void
+-- The events of a live lease up to `through` are processed, as part of the
+-- caller's transaction, from any session. 55000 once the lease expired or
+-- its events were delivered again: nothing changes.
+CREATE FUNCTION streams.ack(subscription text, through bigint, lease bigint) RETURNS void
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_ack_lease_wrapper';
+
+-- streams.extend_lease(subscription, lease, duration) -> timestamptz
+-- Keep a live lease's events for `duration` from now (at most a day); the
+-- new expiry. 55000 once it expired.
+CREATE FUNCTION streams.extend_lease(subscription text, lease bigint, duration interval) RETURNS timestamptz
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_extend_lease_wrapper';
 
 -- streams.retry_dead_letter(subscription, position) -> bigint
 -- Put a dead letter (position NULL: every one) back: it is delivered again,
@@ -465,10 +489,12 @@ WHERE f.parked_at IS NOT NULL AND pg_catalog.pg_has_role(s.owner, 'USAGE');
 
 COMMENT ON FUNCTION streams._create_subscription(text, text, bigint, boolean, integer, interval, interval, boolean) IS 'Internal: create_subscription once the start position is known.';
 COMMENT ON FUNCTION streams._poll(text, integer, interval) IS 'Internal: streams._claim without the attempts (the 0.2.0 form, for polls compiled before an update).';
-COMMENT ON FUNCTION streams._claim(text, integer, interval) IS 'Internal: claim the next events of a subscription, as ranges of positions with their attempt.';
+COMMENT ON FUNCTION streams._claim(text, integer, interval, interval) IS 'Internal: claim the next events of a subscription, as ranges of positions with their attempt.';
 COMMENT ON FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, integer, interval, interval, boolean) IS 'Create a durable, named subscription to a stream, ''prefix.*'' or ''*''; max_attempts and backoff for failing events.';
 COMMENT ON FUNCTION streams.alter_subscription(text, integer, interval, interval, boolean) IS 'Change a subscription''s max_attempts and backoff.';
-COMMENT ON FUNCTION streams.nack(text, bigint, interval, text) IS 'An event failed: deliver it again after retry_after (or the backoff), or park it at its last attempt.';
+COMMENT ON FUNCTION streams.nack(text, bigint, interval, text, bigint) IS 'An event failed: deliver it again after retry_after (or the backoff), or park it at its last attempt.';
+COMMENT ON FUNCTION streams.ack(text, bigint, bigint) IS 'Mark a live lease''s events, up to a position, as processed (any session).';
+COMMENT ON FUNCTION streams.extend_lease(text, bigint, interval) IS 'Keep a live lease''s events for a while longer; the new expiry.';
 COMMENT ON FUNCTION streams.retry_dead_letter(text, bigint) IS 'Put a dead letter (or all) back: delivered again as attempt 1.';
 COMMENT ON FUNCTION streams.discard_dead_letter(text, bigint) IS 'Drop a dead letter (or all); the event stays in the log.';
 COMMENT ON TABLE streams.subscription_deliveries IS 'How often each event of a subscription was delivered and not yet settled, as position ranges (written by the worker before a poll returns).';
@@ -477,21 +503,25 @@ COMMENT ON VIEW streams.dead_letters IS 'Parked events of the caller''s roles'' 
 COMMENT ON COLUMN streams.subscription_state.max_attempts IS 'Deliveries of an event before it is parked (NULL: no limit).';
 COMMENT ON COLUMN streams.subscription_state.backoff_min IS 'Delay before a nacked event comes again, at its first failure (doubling, with jitter).';
 COMMENT ON COLUMN streams.subscription_state.backoff_max IS 'The longest delay before a nacked event comes again.';
-COMMENT ON FUNCTION streams.poll(text, integer, interval) IS 'Claim the next events of a subscription for this transaction, with their delivery attempt; wait => long poll.';
+COMMENT ON FUNCTION streams.poll(text, integer, interval, interval) IS 'Claim the next events of a subscription for this transaction (or for a lease), with their delivery attempt; wait => long poll.';
 
 REVOKE ALL ON streams.subscription_deliveries, streams.subscription_failures FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION
     streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, integer, interval, interval, boolean),
-    streams.alter_subscription(text, integer, interval, interval, boolean), streams.poll(text, integer, interval),
-    streams.nack(text, bigint, interval, text), streams.retry_dead_letter(text, bigint),
+    streams.alter_subscription(text, integer, interval, interval, boolean),
+    streams.poll(text, integer, interval, interval), streams.ack(text, bigint, bigint),
+    streams.extend_lease(text, bigint, interval),
+    streams.nack(text, bigint, interval, text, bigint), streams.retry_dead_letter(text, bigint),
     streams.discard_dead_letter(text, bigint),
     streams._create_subscription(text, text, bigint, boolean, integer, interval, interval, boolean),
-    streams._claim(text, integer, interval) FROM PUBLIC;
+    streams._claim(text, integer, interval, interval) FROM PUBLIC;
 GRANT SELECT ON streams.dead_letters TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
     streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, integer, interval, interval, boolean),
-    streams.alter_subscription(text, integer, interval, interval, boolean), streams.poll(text, integer, interval),
-    streams.nack(text, bigint, interval, text), streams.retry_dead_letter(text, bigint),
+    streams.alter_subscription(text, integer, interval, interval, boolean),
+    streams.poll(text, integer, interval, interval), streams.ack(text, bigint, bigint),
+    streams.extend_lease(text, bigint, interval),
+    streams.nack(text, bigint, interval, text, bigint), streams.retry_dead_letter(text, bigint),
     streams.discard_dead_letter(text, bigint),
     streams._create_subscription(text, text, bigint, boolean, integer, interval, interval, boolean),
-    streams._claim(text, integer, interval) TO PUBLIC;
+    streams._claim(text, integer, interval, interval) TO PUBLIC;

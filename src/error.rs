@@ -97,6 +97,8 @@ pub enum StreamsError {
     NotADeadLetter { subscription: String, position: i64 },
     /// backoff_min above backoff_max.
     BackoffOrder,
+    /// An ack, nack or extend_lease of a lease that expired or was taken over.
+    LeaseGone { subscription: String, lease: i64 },
     /// A retry feature asked of an unordered subscription.
     NeedsOrdered { function: &'static str, subscription: String },
     /// A webhook URL that is malformed, not http(s), or names a host the
@@ -370,6 +372,14 @@ impl StreamsError {
                 format!("event {position} is not a dead letter of subscription \"{subscription}\""),
             )
             .hint("SELECT * FROM streams.dead_letters lists them."),
+            StreamsError::LeaseGone { subscription, lease } => described(
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!("lease {lease} of subscription \"{subscription}\" expired or was taken over; nothing was changed"),
+            )
+            .hint(
+                "Its events are delivered again, with the next attempt number, to the next poll. Poll with a longer \
+                 lease, or keep it with streams.extend_lease before it expires.",
+            ),
             StreamsError::NeedsOrdered { function, subscription } => described(
                 ERRCODE_FEATURE_NOT_SUPPORTED,
                 format!("{function}: subscription \"{subscription}\" is unordered; nack and max_attempts need an ordered one"),

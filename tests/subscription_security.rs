@@ -34,7 +34,11 @@ fn a_subscription_needs_read_on_every_stream_of_its_pattern() {
     let mut o = db.connect_as(&orders_reader.name);
     fails_with(&mut o, "SELECT streams.create_subscription('o_pay', 'payment.*')", "42501");
     fails_with(&mut o, "SELECT streams.create_subscription('o_all', '*')", "42501");
-    fails_with(&mut o, "SELECT streams._create_subscription('o_direct', 'payment.*', 0, true, NULL, '1 second', '10 minutes', false)", "42501");
+    fails_with(
+        &mut o,
+        "SELECT streams._create_subscription('o_direct', 'payment.*', 0, true, NULL, '1 second', '10 minutes', false)",
+        "42501",
+    );
     o.batch_execute("SELECT streams.create_subscription('o_orders', 'orders')").unwrap();
 
     let mut s = db.connect_as(&success_reader.name);

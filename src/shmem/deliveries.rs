@@ -35,6 +35,9 @@ pub struct DeliveryMailbox {
     pid: AtomicI32,
     started: AtomicI64,
     len: AtomicU32,
+    /// The lease the events are claimed under (0: none) and for how long.
+    lease: AtomicI64,
+    lease_us: AtomicI64,
     /// `(after, through]` ranges of positions.
     ranges: [[AtomicI64; 2]; DELIVERY_RANGES],
     /// The sequence number of the request written last.
@@ -53,6 +56,8 @@ pub struct DeliveryRequest {
     pub subscription: i32,
     pub pid: i32,
     pub started: i64,
+    /// `(lease id, microseconds)` when the events are leased.
+    pub lease: Option<(i64, i64)>,
     pub ranges: Vec<(i64, i64)>,
 }
 
@@ -73,13 +78,23 @@ pub fn my_mailbox() -> Option<&'static DeliveryMailbox> {
 
 impl DeliveryMailbox {
     /// Write a request and return its sequence number.
-    pub fn request(&self, db: u32, subscription: i32, pid: i32, started: i64, ranges: &[(i64, i64)]) -> u64 {
+    pub fn request(
+        &self,
+        db: u32,
+        subscription: i32,
+        (pid, started): (i32, i64),
+        lease: Option<(i64, i64)>,
+        ranges: &[(i64, i64)],
+    ) -> u64 {
         assert!(ranges.len() <= DELIVERY_RANGES, "at most {DELIVERY_RANGES} ranges per delivery");
         self.db.store(db, Ordering::Relaxed);
         self.subscription.store(subscription, Ordering::Relaxed);
         self.pid.store(pid, Ordering::Relaxed);
         self.started.store(started, Ordering::Relaxed);
         self.len.store(ranges.len() as u32, Ordering::Relaxed);
+        let (lease, lease_us) = lease.unwrap_or((0, 0));
+        self.lease.store(lease, Ordering::Relaxed);
+        self.lease_us.store(lease_us, Ordering::Relaxed);
         for (place, (after, through)) in self.ranges.iter().zip(ranges) {
             place[0].store(*after, Ordering::Relaxed);
             place[1].store(*through, Ordering::Relaxed);
@@ -126,6 +141,10 @@ pub fn delivery_requests(db: pg_sys::Oid) -> Vec<DeliveryRequest> {
             subscription: mailbox.subscription.load(Ordering::Relaxed),
             pid: mailbox.pid.load(Ordering::Relaxed),
             started: mailbox.started.load(Ordering::Relaxed),
+            lease: match mailbox.lease.load(Ordering::Relaxed) {
+                0 => None,
+                lease => Some((lease, mailbox.lease_us.load(Ordering::Relaxed))),
+            },
             ranges,
         };
         if mailbox.requested.load(Ordering::Acquire) == sequence {

@@ -47,6 +47,11 @@ pub(crate) struct Segment {
     pub started: i64,
     /// None: now (a delivery being written).
     pub delivered_at: Option<TimestampWithTimeZone>,
+    /// The lease the events are claimed under, and until when.
+    pub lease: Option<i64>,
+    pub leased_until: Option<TimestampWithTimeZone>,
+    /// A delivery being written under a lease: for how long.
+    pub lease_for_us: Option<i64>,
 }
 
 impl Segment {
@@ -65,7 +70,7 @@ impl Segment {
 /// Have the worker write down that this backend gets the subscription's
 /// events in each of `ranges` (`(after, through]`), and wait until it
 /// committed. Raises when it cannot (55000), or on interrupts.
-pub(super) fn record(subscription: i32, ranges: &[(i64, i64)]) {
+pub(super) fn record(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i64, i64)]) {
     if ranges.is_empty() {
         return;
     }
@@ -75,7 +80,7 @@ pub(super) fn record(subscription: i32, ranges: &[(i64, i64)]) {
     let (Some(entry), Some(mailbox)) = (shmem::find_db(db), shmem::my_mailbox()) else {
         StreamsError::DeliveryNotRecorded { worker: false }.raise()
     };
-    let sequence = mailbox.request(db.to_u32(), subscription, pid, started, ranges);
+    let sequence = mailbox.request(db.to_u32(), subscription, (pid, started), lease, ranges);
     let mut without_worker: Option<Instant> = None;
     loop {
         // Reset first: an answer after the look below sets the latch again.
@@ -112,7 +117,7 @@ pub(crate) fn write_requests(requests: &[DeliveryRequest]) -> SpiResult<()> {
     Spi::connect_mut(|client| {
         for request in requests {
             for &(after, through) in &request.ranges {
-                add_delivery(client, request.subscription, after, through, request.pid, request.started)?;
+                add_delivery(client, request, after, through)?;
             }
         }
         Ok(())
@@ -120,18 +125,22 @@ pub(crate) fn write_requests(requests: &[DeliveryRequest]) -> SpiResult<()> {
 }
 
 /// One more delivery of the events in `(after, through]`.
-fn add_delivery(
-    client: &mut SpiClient<'_>,
-    subscription: i32,
-    after: i64,
-    through: i64,
-    pid: i32,
-    started: i64,
-) -> SpiResult<()> {
+fn add_delivery(client: &mut SpiClient<'_>, request: &DeliveryRequest, after: i64, through: i64) -> SpiResult<()> {
     if through <= after {
         return Ok(());
     }
-    let fresh = |low, high, attempts| Segment { low, high, attempts, pid, started, delivered_at: None };
+    let subscription = request.subscription;
+    let fresh = |low, high, attempts| Segment {
+        low,
+        high,
+        attempts,
+        pid: request.pid,
+        started: request.started,
+        delivered_at: None,
+        lease: request.lease.map(|l| l.0),
+        leased_until: None,
+        lease_for_us: request.lease.map(|l| l.1),
+    };
     let old = overlapping(client, subscription, after, through)?;
     let mut pieces = Vec::with_capacity(old.len() * 2 + 1);
     let mut cursor = after;
@@ -207,6 +216,8 @@ fn merge(pieces: Vec<Segment>) -> Vec<Segment> {
                 if last.high == piece.low
                     && last.attempts == piece.attempts
                     && last.pid == piece.pid
+                    && last.lease == piece.lease
+                    && last.lease_for_us.is_some() == piece.lease_for_us.is_some()
                     && last.delivered_at.is_none()
                     && piece.delivered_at.is_none() =>
             {
@@ -230,7 +241,8 @@ pub(super) fn overlapping(
     with_latest_snapshot(|| {
         client
             .select(
-                "SELECT d.low, d.high, d.attempts, d.delivered_to, d.delivered_to_start, d.delivered_at
+                "SELECT d.low, d.high, d.attempts, d.delivered_to, d.delivered_to_start, d.delivered_at,
+                        d.lease, d.leased_until
                  FROM streams.subscription_deliveries d
                  WHERE d.subscription = $1 AND d.low < $3 AND d.high > $2
                  ORDER BY d.low",
@@ -245,6 +257,9 @@ pub(super) fn overlapping(
                     pid: row.get::<i32>(4)?.unwrap_or(0),
                     started: row.get::<TimestampWithTimeZone>(5)?.map_or(i64::MIN, pg_sys::TimestampTz::from),
                     delivered_at: row.get::<TimestampWithTimeZone>(6)?,
+                    lease: row.get::<i64>(7)?,
+                    leased_until: row.get::<TimestampWithTimeZone>(8)?,
+                    lease_for_us: None,
                 })
             })
             .collect()
@@ -280,7 +295,10 @@ fn replace(
     let started: Vec<Option<TimestampWithTimeZone>> =
         pieces.iter().map(|p| TimestampWithTimeZone::try_from(p.started).ok()).collect();
     let delivered: Vec<Option<TimestampWithTimeZone>> = pieces.iter().map(|p| p.delivered_at).collect();
-    let args: [DatumWithOid; 7] = [
+    let leases: Vec<Option<i64>> = pieces.iter().map(|p| p.lease).collect();
+    let leased_until: Vec<Option<TimestampWithTimeZone>> = pieces.iter().map(|p| p.leased_until).collect();
+    let lease_for: Vec<Option<i64>> = pieces.iter().map(|p| p.lease_for_us).collect();
+    let args: [DatumWithOid; 10] = [
         subscription.into(),
         lows.into(),
         highs.into(),
@@ -288,15 +306,22 @@ fn replace(
         pids.into(),
         started.into(),
         delivered.into(),
+        leases.into(),
+        leased_until.into(),
+        lease_for.into(),
     ];
     client.update(
         "INSERT INTO streams.subscription_deliveries
-             (subscription, low, high, attempts, delivered_to, delivered_to_start, delivered_at)
-         SELECT $1, u.low, u.high, u.attempts, u.pid, coalesce(u.started, '-infinity'), coalesce(u.delivered_at, pg_catalog.now())
+             (subscription, low, high, attempts, delivered_to, delivered_to_start, delivered_at, lease, leased_until)
+         SELECT $1, u.low, u.high, u.attempts, u.pid, coalesce(u.started, '-infinity'),
+                coalesce(u.delivered_at, pg_catalog.now()), u.lease,
+                coalesce(pg_catalog.now() + pg_catalog.make_interval(secs => u.lease_for / 1e6), u.leased_until)
          FROM ROWS FROM (pg_catalog.unnest($2::bigint[]), pg_catalog.unnest($3::bigint[]),
                          pg_catalog.unnest($4::integer[]), pg_catalog.unnest($5::integer[]),
-                         pg_catalog.unnest($6::timestamptz[]), pg_catalog.unnest($7::timestamptz[]))
-              AS u(low, high, attempts, pid, started, delivered_at)",
+                         pg_catalog.unnest($6::timestamptz[]), pg_catalog.unnest($7::timestamptz[]),
+                         pg_catalog.unnest($8::bigint[]), pg_catalog.unnest($9::timestamptz[]),
+                         pg_catalog.unnest($10::bigint[]))
+              AS u(low, high, attempts, pid, started, delivered_at, lease, leased_until, lease_for)",
         None,
         &args,
     )?;

@@ -35,20 +35,20 @@ pub(super) enum Head {
     Park {
         attempts: i32,
     },
-    /// Nacked: not before this much time.
+    /// Nacked, or leased: not before this much time.
     Wait(Duration),
 }
 
 /// What the event at `position` calls for.
 pub(super) fn head(client: &mut SpiClient<'_>, sub: &Subscription, position: i64) -> SpiResult<Head> {
     let args: [DatumWithOid; 2] = [sub.id.into(), position.into()];
-    let (attempts, parked, wait_us) = with_latest_snapshot(|| {
+    let (attempts, parked, wait_us, leased_us) = with_latest_snapshot(|| {
         let rows = client.select(
-            "SELECT (SELECT d.attempts FROM streams.subscription_deliveries d
-                     WHERE d.subscription = $1 AND d.low < $2 AND d.high >= $2),
-                    f.parked_at IS NOT NULL,
-                    (pg_catalog.date_part('epoch', f.retry_at - pg_catalog.clock_timestamp()) * 1e6)::bigint
+            "SELECT d.attempts, f.parked_at IS NOT NULL,
+                    (pg_catalog.date_part('epoch', f.retry_at - pg_catalog.clock_timestamp()) * 1e6)::bigint,
+                    (pg_catalog.date_part('epoch', d.leased_until - pg_catalog.clock_timestamp()) * 1e6)::bigint
              FROM (SELECT) one
+             LEFT JOIN streams.subscription_deliveries d ON d.subscription = $1 AND d.low < $2 AND d.high >= $2
              LEFT JOIN streams.subscription_failures f ON f.subscription = $1 AND f.position = $2",
             None,
             &args,
@@ -58,10 +58,14 @@ pub(super) fn head(client: &mut SpiClient<'_>, sub: &Subscription, position: i64
             row.get::<i32>(1)?.unwrap_or(0),
             row.get::<bool>(2)?.unwrap_or(false),
             row.get::<i64>(3)?.unwrap_or(0),
+            row.get::<i64>(4)?.unwrap_or(0),
         ))
     })?;
     Ok(if parked {
         Head::Parked
+    } else if leased_us > 0 {
+        // Its consumer works on it outside any transaction.
+        Head::Wait(Duration::from_micros(leased_us as u64))
     } else if sub.max_attempts.is_some_and(|max| attempts >= max) {
         Head::Park { attempts }
     } else if wait_us > 0 {
@@ -160,7 +164,13 @@ pub(super) fn forget_pending(client: &mut SpiClient<'_>, sub: i32) -> SpiResult<
 
 /// `streams.nack(subscription, position, retry_after, reason)`.
 #[pg_extern(sql = false)]
-fn _nack(subscription: Option<&str>, position: Option<i64>, retry_after: Option<Interval>, reason: Option<&str>) {
+fn _nack(
+    subscription: Option<&str>,
+    position: Option<i64>,
+    retry_after: Option<Interval>,
+    reason: Option<&str>,
+    lease: Option<i64>,
+) {
     // The readers' lock order first: an upgrade step takes it too.
     crate::log::catalog::lock_for_reading();
     let name = subscription.ok_or(StreamsError::NullArgument("subscription")).or_raise();
@@ -176,8 +186,11 @@ fn _nack(subscription: Option<&str>, position: Option<i64>, retry_after: Option<
     }
     let refuse =
         |why: &'static str| StreamsError::NackNotDelivered { subscription: sub.name.clone(), position, reason: why };
+    if let Some(lease) = lease {
+        super::leases::check_nack(&sub, position, lease);
+    }
     let polled_here = claims::of(sub.id).iter().any(|c| c.low < position && position <= c.high);
-    if !polled_here && !claims::try_lock(sub.id, Key::Token, Hold::Exclusive) {
+    if lease.is_none() && !polled_here && !claims::try_lock(sub.id, Key::Token, Hold::Exclusive) {
         // Its consumer holds the subscription now; this session's attempt is over.
         refuse("is being delivered to another transaction").raise();
     }
@@ -185,11 +198,14 @@ fn _nack(subscription: Option<&str>, position: Option<i64>, retry_after: Option<
         let Some(segment) = attempts::at(client, sub.id, position)? else {
             refuse("was not delivered, or is settled").raise()
         };
-        if !polled_here && !segment.delivered_to_me() {
+        if lease.is_none() && !polled_here && !segment.delivered_to_me() {
             refuse("was delivered to another session").raise();
         }
         if !super::poll::is_event_of(client, &sub, position)? {
             refuse("is not an event of the subscription").raise();
+        }
+        if let Some(lease) = lease {
+            super::leases::end(client, sub.id, lease)?;
         }
         if sub.max_attempts.is_some_and(|max| segment.attempts >= max) {
             return park(client, sub.id, position, segment.attempts, reason);

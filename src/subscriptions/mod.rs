@@ -31,6 +31,7 @@
 pub(crate) mod attempts;
 mod claims;
 mod failures;
+mod leases;
 mod poll;
 pub mod wait;
 
@@ -324,21 +325,27 @@ fn _poll(
     max_events: Option<i32>,
     wait: Option<Interval>,
 ) -> TableIterator<'static, (name!(stream, String), name!(after, i64), name!(count, i32))> {
-    let (stream, pieces) = claim(subscription, max_events, wait, tracks_attempts());
+    let (stream, pieces, _) = claim(subscription, max_events, wait, tracks_attempts(), None);
     TableIterator::new(pieces.into_iter().map(move |(after, count, _)| (stream.clone(), after, count as i32)))
 }
 
-/// `streams._claim(subscription, max_events, wait)`: as `_poll`, and each
-/// range's delivery attempt, written down before it returns.
+/// `streams._claim(subscription, max_events, wait, lease)`: as `_poll`,
+/// and each range's delivery attempt, written down before it returns; with
+/// `lease`, claimed for that long under the lease id returned.
 #[pg_extern(sql = false)]
 fn _claim(
     subscription: Option<&str>,
     max_events: Option<i32>,
     wait: Option<Interval>,
-) -> TableIterator<'static, (name!(stream, String), name!(after, i64), name!(count, i32), name!(attempt, i32))> {
-    let (stream, pieces) = claim(subscription, max_events, wait, true);
+    lease: Option<Interval>,
+) -> TableIterator<
+    'static,
+    (name!(stream, String), name!(after, i64), name!(count, i32), name!(attempt, i32), name!(lease, Option<i64>)),
+> {
+    let lease = lease.map(|l| leases::duration(&l));
+    let (stream, pieces, lease) = claim(subscription, max_events, wait, true, lease);
     TableIterator::new(
-        pieces.into_iter().map(move |(after, count, attempt)| (stream.clone(), after, count as i32, attempt)),
+        pieces.into_iter().map(move |(after, count, attempt)| (stream.clone(), after, count as i32, attempt, lease)),
     )
 }
 
@@ -349,7 +356,8 @@ fn claim(
     max_events: Option<i32>,
     wait: Option<Interval>,
     attempts: bool,
-) -> (String, Vec<(i64, i64, i32)>) {
+    lease: Option<Duration>,
+) -> (String, Vec<(i64, i64, i32)>, Option<i64>) {
     // The readers' lock order first: an upgrade step takes it too.
     crate::log::catalog::lock_for_reading();
     let name = subscription.ok_or(StreamsError::NullArgument("subscription")).or_raise();
@@ -368,6 +376,9 @@ fn claim(
     let subscription = open(name);
     refuse_webhook(&subscription);
     check_read_coverage(&subscription.name, &subscription.stream);
+    if lease.is_some() && !subscription.ordered {
+        StreamsError::NeedsOrdered { function: "streams.poll(lease => ...)", subscription: subscription.name }.raise();
+    }
     if isolation_is_snapshot() && (!subscription.ordered || !wait.is_zero()) {
         // An unordered poll could not see another consumer's ack, and a long
         // poll would never see a new event.
@@ -379,27 +390,34 @@ fn claim(
         let horizon = horizon_seen_by_transaction();
         let polled = as_owner(|client| {
             if subscription.ordered {
-                poll_ordered(client, &subscription, horizon, max_events as i64, attempts)
+                poll_ordered(client, &subscription, horizon, max_events as i64, attempts, lease.is_some())
             } else {
                 poll_unordered(client, &subscription, horizon, max_events as i64)
             }
         });
-        let Polled { ranges, due_in } = polled;
+        let Polled { ranges, due_in, release_token } = polled;
         if !ranges.is_empty() {
-            break ranges;
+            break (ranges, release_token);
         }
         if due_in == Some(Duration::ZERO) {
             continue; // it parked a put-back event: look again at once
         }
         if !waiter.sleep_at_most(due_in) {
-            break ranges;
+            break (ranges, release_token);
         }
     };
+    let (claimed, release_token) = claimed;
     if !attempts {
-        return (subscription.stream, claimed.into_iter().map(|(after, count, _)| (after, count, 1)).collect());
+        let pieces = claimed.into_iter().map(|(after, count, _)| (after, count, 1)).collect();
+        return (subscription.stream, pieces, None);
     }
     let deliveries: Vec<(i64, i64)> = claimed.iter().map(|&(after, _, through)| (after, through)).collect();
-    attempts::record(subscription.id, &deliveries);
+    let lease = lease.filter(|_| !claimed.is_empty()).map(|for_| (leases::new_id(), for_.as_micros() as i64));
+    attempts::record(subscription.id, lease, &deliveries);
+    if release_token {
+        // The lease holds the events now, not this transaction.
+        claims::unlock(subscription.id, Key::Token, claims::Hold::Exclusive);
+    }
     let pieces = as_owner(|client| {
         let mut pieces = Vec::with_capacity(claimed.len());
         for &range in &claimed {
@@ -407,7 +425,7 @@ fn claim(
         }
         Ok(pieces)
     });
-    (subscription.stream, pieces)
+    (subscription.stream, pieces, lease.map(|l| l.0))
 }
 
 /// `streams.ack(subscription, through)`: what this transaction polled up to

@@ -20,6 +20,9 @@ use crate::error::StreamsError;
 pub(super) struct Polled {
     pub ranges: Vec<(i64, i64, i64)>,
     pub due_in: Option<Duration>,
+    /// Leased: the token this poll took, to give back once the lease is
+    /// written down (the events are claimed by the lease, not the transaction).
+    pub release_token: bool,
 }
 
 /// An ordered subscription: one transaction at a time holds its token. The
@@ -34,6 +37,7 @@ pub(super) fn poll_ordered(
     horizon: i64,
     max: i64,
     attempts: bool,
+    leased: bool,
 ) -> SpiResult<Polled> {
     let (mut start, newly_locked) = match claims::claimed_through(sub.id, Key::Token) {
         Some(through) => (through, false),
@@ -50,7 +54,7 @@ pub(super) fn poll_ordered(
     if last.is_none() && put_back.is_none() {
         let due_in = if attempts { failures::next_put_back(client, sub.id, start)? } else { None };
         unlock(false);
-        return Ok(Polled { ranges: Vec::new(), due_in });
+        return Ok(Polled { due_in, ..Polled::default() });
     }
     if newly_locked {
         // Lock the row the ack updates (no other poller waits on it: they
@@ -65,24 +69,33 @@ pub(super) fn poll_ordered(
         if locked != Some(start) {
             // A seek committed in between: start again from its position.
             claims::unlock(sub.id, Key::Token, Hold::Exclusive);
-            return poll_ordered(client, sub, horizon, max, attempts);
+            return poll_ordered(client, sub, horizon, max, attempts, leased);
         }
     }
     if !attempts {
         claims::add(sub.id, Key::Token, start, last.unwrap_or(start), count);
-        return Ok(Polled { ranges: vec![(start, count, last.unwrap_or(start))], due_in: None });
+        return Ok(Polled { ranges: vec![(start, count, last.unwrap_or(start))], ..Polled::default() });
     }
+    // What this poll claims: for the transaction, or for a lease.
+    let claimed = |key, after, through, count, wrote: bool| {
+        if !leased {
+            claims::add(sub.id, key, after, through, count);
+        }
+        Polled { ranges: vec![(after, count, through)], due_in: None, release_token: leased && newly_locked && !wrote }
+    };
     // Put-back dead letters first, one at a time, each a delivery of its own.
     if let Some(event) = put_back {
         match failures::head(client, sub, event)? {
             Head::Park { attempts } => {
                 failures::park(client, sub.id, event, attempts, None)?;
-                return Ok(Polled { ranges: Vec::new(), due_in: Some(Duration::ZERO) });
+                return Ok(Polled { due_in: Some(Duration::ZERO), ..Polled::default() });
             }
-            Head::Deliver | Head::Wait(_) | Head::Parked => {
-                claims::add(sub.id, Key::PutBack, event - 1, event, 1);
-                return Ok(Polled { ranges: vec![(event - 1, 1, event)], due_in: None });
+            Head::Wait(due_in) => {
+                // Leased to a consumer.
+                unlock(false);
+                return Ok(Polled { due_in: Some(due_in), ..Polled::default() });
             }
+            Head::Deliver | Head::Parked => return Ok(claimed(Key::PutBack, event - 1, event, 1, false)),
         }
     }
     let mut wrote = false;
@@ -91,7 +104,7 @@ pub(super) fn poll_ordered(
             Head::Deliver => break,
             Head::Wait(due_in) => {
                 unlock(wrote);
-                return Ok(Polled { ranges: Vec::new(), due_in: Some(due_in) });
+                return Ok(Polled { due_in: Some(due_in), ..Polled::default() });
             }
             verdict @ (Head::Park { .. } | Head::Parked) => {
                 if let Head::Park { attempts } = verdict {
@@ -113,8 +126,7 @@ pub(super) fn poll_ordered(
         unlock(wrote);
         return Ok(Polled::default());
     };
-    claims::add(sub.id, Key::Token, start, last, count);
-    Ok(Polled { ranges: vec![(start, count, last)], due_in: None })
+    Ok(claimed(Key::Token, start, last, count, wrote))
 }
 
 /// Whether the event at `position` is one of the subscription's: final,
@@ -179,7 +191,7 @@ pub(super) fn poll_unordered(
     if ranges.is_empty() {
         claims::unlock(sub.id, Key::Token, Hold::Shared);
     }
-    Ok(Polled { ranges, due_in: None })
+    Ok(Polled { ranges, ..Polled::default() })
 }
 
 fn poll_chunks(
