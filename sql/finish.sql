@@ -54,14 +54,14 @@ GRANT EXECUTE ON FUNCTION streams._replay_check(bigint, timestamptz, xid8),
 -- Subscriptions: each function checks its caller; the tables stay the owner's alone.
 GRANT SELECT ON streams.subscriptions, streams.dead_letters TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
-    streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, integer, interval, interval, boolean),
+    streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean),
     streams.alter_subscription(text, integer, interval, interval, boolean),
     streams.drop_subscription(text), streams.poll(text, integer, interval, interval), streams.ack(text, bigint),
     streams.ack(text, bigint, bigint), streams.extend_lease(text, bigint, interval),
     streams.nack(text, bigint, interval, text, bigint), streams.retry_dead_letter(text, bigint),
     streams.discard_dead_letter(text, bigint),
     streams.seek(text, bigint, timestamptz, xid8),
-    streams._create_subscription(text, text, bigint, boolean, integer, interval, interval, boolean),
+    streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean),
     streams._seek_subscription(text, bigint), streams._poll(text, integer, interval),
     streams._claim(text, integer, interval, interval), streams._chunk(bigint),
     streams._claims(), streams._start_position(text, bigint, timestamptz, xid8) TO PUBLIC;

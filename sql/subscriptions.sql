@@ -32,6 +32,12 @@ CREATE TABLE streams.subscription_state (
     max_attempts integer CHECK (max_attempts BETWEEN 1 AND 1000),
     backoff_min interval NOT NULL DEFAULT '1 second',
     backoff_max interval NOT NULL DEFAULT '10 minutes',
+    -- Ordered per key: the key as given (a path into data, or '$stream'),
+    -- as streams._event_key takes it, and whether a dead letter holds its
+    -- key's later events ('hold') or not ('skip').
+    key         text,
+    key_path    text[],
+    on_dead_letter text NOT NULL DEFAULT 'hold' CHECK (on_dead_letter IN ('hold', 'skip')),
     UNIQUE (name, owner)
 );
 CREATE SEQUENCE streams.subscription_ids AS integer OWNED BY streams.subscription_state.id;
@@ -69,6 +75,25 @@ CREATE TABLE streams.subscription_deliveries (
     PRIMARY KEY (subscription, low)
 );
 
+-- Subscriptions ordered per key: the last processed event of each key
+-- above the subscription's position (an event is processed when it is at or
+-- below either). An ack writes its keys' rows; the rows below the position
+-- are dropped as it moves.
+CREATE TABLE streams.subscription_keys (
+    subscription integer NOT NULL REFERENCES streams.subscription_state (id) ON DELETE CASCADE,
+    key          text COLLATE "C" NOT NULL,
+    position     bigint NOT NULL,
+    PRIMARY KEY (subscription, key)
+);
+
+-- streams._event_key(key_path, stream, data) -> text
+-- The key of an event for a subscription ordered per key: the stream for
+-- '{$stream}', else the text at that path of data ('' when it has none).
+CREATE FUNCTION streams._event_key(key_path text[], stream text, data jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN key_path = '{$stream}' THEN stream ELSE coalesce(data #>> key_path, '') END
+$$;
+
 -- Events that failed: nacked (retry_at: not delivered again before) or
 -- parked as dead letters (parked_at). The event stays in the log; this is
 -- all a dead letter holds.
@@ -92,6 +117,7 @@ ALTER TABLE streams.subscription_state ENABLE ROW LEVEL SECURITY;
 ALTER TABLE streams.subscription_progress ENABLE ROW LEVEL SECURITY;
 ALTER TABLE streams.subscription_deliveries ENABLE ROW LEVEL SECURITY;
 ALTER TABLE streams.subscription_failures ENABLE ROW LEVEL SECURITY;
+ALTER TABLE streams.subscription_keys ENABLE ROW LEVEL SECURITY;
 
 -- pg_dump keeps the subscriptions with the log they follow.
 SELECT pg_catalog.pg_extension_config_dump('streams.subscription_state', '');
@@ -99,13 +125,15 @@ SELECT pg_catalog.pg_extension_config_dump('streams.subscription_progress', '');
 SELECT pg_catalog.pg_extension_config_dump('streams.subscription_ids', '');
 SELECT pg_catalog.pg_extension_config_dump('streams.subscription_deliveries', '');
 SELECT pg_catalog.pg_extension_config_dump('streams.subscription_failures', '');
+SELECT pg_catalog.pg_extension_config_dump('streams.subscription_keys', '');
 
 -- The functions below run as the caller and check it themselves (a member of
 -- the subscription's owner, with the read privilege on every stream its
 -- pattern selects), then use the tables as the extension's owner. Nobody
 -- needs access to the tables.
 CREATE FUNCTION streams._create_subscription(name text, stream text, start bigint, ordered boolean,
-    max_attempts integer, backoff_min interval, backoff_max interval, if_not_exists boolean) RETURNS void
+    key text, on_dead_letter text, max_attempts integer, backoff_min interval, backoff_max interval,
+    if_not_exists boolean) RETURNS void
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_create_subscription_with_retries_wrapper';
 CREATE FUNCTION streams._seek_subscription(name text, start bigint) RETURNS void
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_seek_subscription_wrapper';
@@ -143,18 +171,21 @@ BEGIN
 END
 $$;
 
--- streams.create_subscription(name, stream, after, since, from_tx, ordered,
---     max_attempts, backoff_min, backoff_max, if_not_exists) -> void
+-- streams.create_subscription(name, stream, after, since, from_tx, ordered, key,
+--     max_attempts, backoff_min, backoff_max, on_dead_letter, if_not_exists) -> void
 -- A durable, named cursor over `stream` (a name, 'prefix.*' or '*'). Starts
 -- after the current horizon, or after => a position (0: the beginning),
 -- since => a time, from_tx => a transaction. ordered => true: one transaction
 -- at a time polls it, in position order; false: concurrent pollers get
--- disjoint events (competing consumers). max_attempts: deliveries of an
--- event before it is parked as a dead letter (NULL: no limit; ordered
--- subscriptions); backoff_min/backoff_max: the delay before a nacked event
--- comes again. 42710 if the name exists (if_not_exists => true: unless it
--- is the same pattern and ordering), 42501 without the read privilege on
--- the whole pattern.
+-- disjoint events (competing consumers). key: ordered per key instead, a
+-- path into data ('order_id', 'customer.id') or '$stream': one
+-- transaction at a time per key, keys in parallel. max_attempts:
+-- deliveries of an event before it is parked as a dead letter (NULL: no
+-- limit; ordered subscriptions); backoff_min/backoff_max: the delay before
+-- a nacked event comes again; on_dead_letter: per key, whether a dead
+-- letter holds its key ('hold') or not ('skip'). 42710 if the name exists
+-- (if_not_exists => true: unless it is the same pattern and ordering),
+-- 42501 without the read privilege on the whole pattern.
 CREATE FUNCTION streams.create_subscription(
     name          text,
     stream        text        DEFAULT '*',
@@ -162,9 +193,11 @@ CREATE FUNCTION streams.create_subscription(
     since         timestamptz DEFAULT NULL,
     from_tx       xid8        DEFAULT NULL,
     ordered       boolean     DEFAULT true,
+    key           text        DEFAULT NULL,
     max_attempts  integer     DEFAULT NULL,
     backoff_min   interval    DEFAULT '1 second',
     backoff_max   interval    DEFAULT '10 minutes',
+    on_dead_letter text       DEFAULT 'hold',
     if_not_exists boolean     DEFAULT false
 ) RETURNS void
 LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -172,8 +205,9 @@ LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
         create_subscription.name, create_subscription.stream,
         streams._start_position('streams.create_subscription', create_subscription.after,
                                 create_subscription.since, create_subscription.from_tx),
-        create_subscription.ordered, create_subscription.max_attempts, create_subscription.backoff_min,
-        create_subscription.backoff_max, create_subscription.if_not_exists)
+        create_subscription.ordered, create_subscription.key, create_subscription.on_dead_letter,
+        create_subscription.max_attempts, create_subscription.backoff_min, create_subscription.backoff_max,
+        create_subscription.if_not_exists)
 $$;
 
 -- streams.alter_subscription(name, max_attempts, backoff_min, backoff_max,
@@ -311,7 +345,8 @@ SELECT s.name, s.stream, s.ordered, s.owner,
        coalesce(failures.retrying, 0) AS retrying,
        coalesce(failures.parked, 0) AS parked,
        failures.oldest_parked,
-       failures.next_retry_at
+       failures.next_retry_at,
+       s.key
 FROM streams.subscription_state s
 CROSS JOIN LATERAL (SELECT coalesce((SELECT hs.horizon FROM streams.horizon_state hs ORDER BY hs.horizon DESC LIMIT 1), 0) AS horizon) h
 LEFT JOIN LATERAL (
@@ -327,6 +362,9 @@ LEFT JOIN LATERAL (
            OR (e.stream >= streams._stream_prefix_low(s.stream) AND e.stream < streams._stream_prefix_high(s.stream)))
       AND NOT EXISTS (SELECT FROM streams.subscription_progress p
                       WHERE p.subscription = s.id AND p.chunk = streams._chunk(e.position) AND p.done_through >= e.position)
+      AND NOT EXISTS (SELECT FROM streams.subscription_keys k
+                      WHERE s.key_path IS NOT NULL AND k.subscription = s.id
+                        AND k.key = streams._event_key(s.key_path, e.stream, e.data) AND k.position >= e.position)
     ORDER BY e.position LIMIT 1
 ) first_pending ON true
 LEFT JOIN LATERAL (
@@ -338,6 +376,9 @@ LEFT JOIN LATERAL (
            OR (e.stream >= streams._stream_prefix_low(s.stream) AND e.stream < streams._stream_prefix_high(s.stream)))
       AND NOT EXISTS (SELECT FROM streams.subscription_progress p
                       WHERE p.subscription = s.id AND p.chunk = streams._chunk(e.position) AND p.done_through >= e.position)
+      AND NOT EXISTS (SELECT FROM streams.subscription_keys k
+                      WHERE s.key_path IS NOT NULL AND k.subscription = s.id
+                        AND k.key = streams._event_key(s.key_path, e.stream, e.data) AND k.position >= e.position)
 ) pending ON true
 LEFT JOIN (
     SELECT c.subscription, pg_catalog.sum(c.claimed)::bigint AS claimed, pg_catalog.array_agg(DISTINCT c.pid) AS pids
@@ -370,14 +411,18 @@ COMMENT ON TABLE streams.subscription_state IS 'Subscriptions: name, stream patt
 COMMENT ON COLUMN streams.subscription_state.position IS 'Every event of the subscription at or below this position is processed (unordered: plus the progress rows above it).';
 COMMENT ON TABLE streams.subscription_progress IS 'Unordered subscriptions: the processed prefix of each chunk of 1024 positions above the position.';
 COMMENT ON SEQUENCE streams.subscription_ids IS 'Ids of subscriptions (keys of their claim locks).';
-COMMENT ON FUNCTION streams._create_subscription(text, text, bigint, boolean, integer, interval, interval, boolean) IS 'Internal: create_subscription once the start position is known.';
+COMMENT ON FUNCTION streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean) IS 'Internal: create_subscription once the start position is known.';
 COMMENT ON FUNCTION streams._seek_subscription(text, bigint) IS 'Internal: seek once the position is known.';
 COMMENT ON FUNCTION streams._poll(text, integer, interval) IS 'Internal: streams._claim without the attempts (the 0.2.0 form, for polls compiled before an update).';
 COMMENT ON FUNCTION streams._claim(text, integer, interval, interval) IS 'Internal: claim the next events of a subscription, as ranges of positions with their attempt.';
 COMMENT ON FUNCTION streams._chunk(bigint) IS 'Internal: the chunk (1024 positions) of an unordered subscription a position falls in.';
 COMMENT ON FUNCTION streams._claims() IS 'Internal: the events open transactions of this database claimed, per subscription and pid.';
 COMMENT ON FUNCTION streams._start_position(text, bigint, timestamptz, xid8) IS 'Internal: where a subscription starts or seeks to.';
-COMMENT ON FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, integer, interval, interval, boolean) IS 'Create a durable, named subscription to a stream, ''prefix.*'' or ''*''; max_attempts and backoff for failing events.';
+COMMENT ON FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean) IS 'Create a durable, named subscription to a stream, ''prefix.*'' or ''*''; ordered in one sequence, per key, or not; max_attempts and backoff for failing events.';
+COMMENT ON TABLE streams.subscription_keys IS 'Subscriptions ordered per key: the last processed event of each key above the position.';
+COMMENT ON FUNCTION streams._event_key(text[], text, jsonb) IS 'Internal: an event''s key for a subscription ordered per key.';
+COMMENT ON COLUMN streams.subscription_state.key IS 'Ordered per key: the key as given (a path into data, or ''$stream''); NULL otherwise.';
+COMMENT ON COLUMN streams.subscription_state.on_dead_letter IS 'Ordered per key: whether a dead letter holds its key''s later events (hold) or not (skip).';
 COMMENT ON FUNCTION streams.alter_subscription(text, integer, interval, interval, boolean) IS 'Change a subscription''s max_attempts and backoff.';
 COMMENT ON FUNCTION streams.nack(text, bigint, interval, text, bigint) IS 'An event failed: deliver it again after retry_after (or the backoff), or park it at its last attempt.';
 COMMENT ON FUNCTION streams.ack(text, bigint, bigint) IS 'Mark a live lease''s events, up to a position, as processed (any session).';

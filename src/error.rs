@@ -99,6 +99,12 @@ pub enum StreamsError {
     BackoffOrder,
     /// An ack, nack or extend_lease of a lease that expired or was taken over.
     LeaseGone { subscription: String, lease: i64 },
+    /// key => ... with ordered => false.
+    KeyNeedsOrdered,
+    /// A key that is not '$stream' or a path into data.
+    InvalidKeyPath { key: String, reason: &'static str },
+    /// on_dead_letter other than 'hold' or 'skip'.
+    InvalidOnDeadLetter(String),
     /// A retry feature asked of an unordered subscription.
     NeedsOrdered { function: &'static str, subscription: String },
     /// A webhook URL that is malformed, not http(s), or names a host the
@@ -380,11 +386,27 @@ impl StreamsError {
                 "Its events are delivered again, with the next attempt number, to the next poll. Poll with a longer \
                  lease, or keep it with streams.extend_lease before it expires.",
             ),
+            StreamsError::KeyNeedsOrdered => described(
+                ERRCODE_INVALID_PARAMETER_VALUE,
+                "a subscription with a key is ordered per key: ordered => false contradicts it",
+            )
+            .hint("Leave ordered at its default (true) with key => ..., or drop the key for competing consumers without order."),
+            StreamsError::InvalidKeyPath { key, reason } => {
+                described(ERRCODE_INVALID_PARAMETER_VALUE, format!("invalid key \"{key}\": {reason}"))
+                    .hint("key => 'order_id' (a field of data), 'customer.id' (a nested one) or '$stream' (per stream).")
+            }
+            StreamsError::InvalidOnDeadLetter(value) => described(
+                ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("on_dead_letter must be 'hold' or 'skip', not \"{value}\""),
+            ),
             StreamsError::NeedsOrdered { function, subscription } => described(
                 ERRCODE_FEATURE_NOT_SUPPORTED,
-                format!("{function}: subscription \"{subscription}\" is unordered; nack and max_attempts need an ordered one"),
+                format!("{function}: subscription \"{subscription}\" is not ordered in one sequence"),
             )
-            .hint("Create the subscription with ordered => true (the default)."),
+            .hint(
+                "nack and max_attempts need an ordered subscription (ordered => true, the default, with or without a \
+                 key); a lease needs one without a key.",
+            ),
             StreamsError::BackoffOrder => {
                 described(ERRCODE_INVALID_PARAMETER_VALUE, "backoff_min must not be greater than backoff_max")
             }

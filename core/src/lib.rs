@@ -7,11 +7,13 @@
 //! * [`horizon`]: the no-missed-event invariant and the horizon arithmetic;
 //! * [`backoff`]: the workers' retry schedules;
 //! * [`hosts`]: the address policy of webhook URLs;
+//! * [`keys`]: key paths of subscriptions ordered per key, and key hashes;
 //! * [`signing`]: Standard Webhooks signatures and secrets.
 
 pub mod backoff;
 pub mod horizon;
 pub mod hosts;
+pub mod keys;
 pub mod names;
 pub mod payload;
 pub mod signing;

@@ -7,7 +7,7 @@
 //! the advisory lock tag with a fourth field that `pg_advisory_lock` and its
 //! kin never produce (they use 1 and 2), so no SQL caller can take, hold or
 //! release a subscription's claims; `pg_locks` shows them as advisory locks
-//! with `objsubid` 19522 (token) or 19523 (chunk).
+//! with `objsubid` 19522 (token), 19523 (chunk) or 19524 (key).
 //!
 //! * Every subscription has a token. An ordered subscription's pollers take
 //!   it exclusively: one transaction at a time polls it. An unordered one's
@@ -40,6 +40,7 @@ pub const CHUNK_WIDTH: i64 = 1024;
 /// The fourth field of a subscription's lock tags.
 const TOKEN_TAG: u16 = 0x4C42;
 const CHUNK_TAG: u16 = 0x4C43;
+const KEY_TAG: u16 = 0x4C44;
 
 /// The chunk of an unordered subscription a position falls in.
 pub fn chunk_of(position: i64) -> i64 {
@@ -55,6 +56,8 @@ pub enum Key {
     /// A dead letter put back, below an ordered subscription's position:
     /// held under the token, no lock of its own.
     PutBack,
+    /// A key of a subscription ordered per key (its hash).
+    Keyed(u32),
 }
 
 /// Events of a subscription's stream pattern in `(low, high]`, polled by
@@ -127,6 +130,7 @@ fn tag(subscription: i32, key: Key) -> pg_sys::LOCKTAG {
     let (field3, field4) = match key {
         Key::Token | Key::PutBack => (0, TOKEN_TAG),
         Key::Chunk(chunk) => (u32::try_from(chunk).expect("positions below 4.4 * 10^12"), CHUNK_TAG),
+        Key::Keyed(hash) => (hash, KEY_TAG),
     };
     pg_sys::LOCKTAG {
         // SAFETY: MyDatabaseId is set once the backend connected; a plain read.
@@ -174,12 +178,14 @@ pub fn try_lock(subscription: i32, key: Key, hold: Hold) -> bool {
     locked
 }
 
-/// How many chunks this transaction holds claims on (all subscriptions).
+/// How many chunk and key locks this transaction holds claims under (all
+/// subscriptions).
 pub fn chunks_claimed() -> usize {
     CLAIMS.with(|c| {
         let claims = c.borrow();
         let chunk = |c: &Claim| match c.key {
             Key::Chunk(chunk) => Some((c.subscription, chunk)),
+            Key::Keyed(hash) => Some((c.subscription, -1 - i64::from(hash))),
             Key::Token | Key::PutBack => None,
         };
         let mut chunks: Vec<(i32, i64)> = claims.iter().filter_map(chunk).collect();

@@ -190,9 +190,18 @@ fn _nack(
         super::leases::check_nack(&sub, position, lease);
     }
     let polled_here = claims::of(sub.id).iter().any(|c| c.low < position && position <= c.high);
-    if lease.is_none() && !polled_here && !claims::try_lock(sub.id, Key::Token, Hold::Exclusive) {
-        // Its consumer holds the subscription now; this session's attempt is over.
-        refuse("is being delivered to another transaction").raise();
+    if lease.is_none() && !polled_here {
+        // After the consuming transaction failed: take what a poll of the
+        // event takes. Its consumer holds it now: this session's attempt is over.
+        let locked = if sub.key_path.is_some() {
+            claims::try_lock(sub.id, Key::Token, Hold::Shared)
+                && as_owner(|client| super::keyed::lock_key_of(client, &sub, position)).is_some()
+        } else {
+            claims::try_lock(sub.id, Key::Token, Hold::Exclusive)
+        };
+        if !locked {
+            refuse("is being delivered to another transaction").raise();
+        }
     }
     as_owner(|client| {
         let Some(segment) = attempts::at(client, sub.id, position)? else {
@@ -259,7 +268,9 @@ fn _retry_dead_letter(subscription: Option<&str>, position: Option<i64>) -> i64 
         position,
         // Delivered again as attempt 1: its old attempts are in the row only.
         "UPDATE streams.subscription_failures f SET parked_at = NULL, retry_at = NULL
-         WHERE f.subscription = $1 AND f.parked_at IS NOT NULL AND ($2::bigint IS NULL OR f.position = $2)",
+         WHERE f.subscription = $1 AND f.parked_at IS NOT NULL AND ($2::bigint IS NULL OR f.position = $2)
+         RETURNING f.position",
+        false,
     )
 }
 
@@ -271,18 +282,28 @@ fn _discard_dead_letter(subscription: Option<&str>, position: Option<i64>) -> i6
         subscription,
         position,
         "DELETE FROM streams.subscription_failures f
-         WHERE f.subscription = $1 AND f.parked_at IS NOT NULL AND ($2::bigint IS NULL OR f.position = $2)",
+         WHERE f.subscription = $1 AND f.parked_at IS NOT NULL AND ($2::bigint IS NULL OR f.position = $2)
+         RETURNING f.position",
+        true,
     )
 }
 
-fn settle_dead_letters(subscription: Option<&str>, position: Option<i64>, statement: &str) -> i64 {
+fn settle_dead_letters(subscription: Option<&str>, position: Option<i64>, statement: &str, discard: bool) -> i64 {
     crate::log::catalog::lock_for_reading();
     let name = subscription.ok_or(StreamsError::NullArgument("subscription")).or_raise();
     let sub = open(name);
     refuse_webhook(&sub);
     let changed = as_owner(|client| {
         let args: [DatumWithOid; 2] = [sub.id.into(), position.into()];
-        Ok(client.update(statement, None, &args)?.len() as i64)
+        let settled: Vec<i64> = client
+            .update(statement, None, &args)?
+            .map(|row| row.get::<i64>(1).map(|p| p.unwrap_or(0)))
+            .collect::<Result<_, _>>()?;
+        if discard && sub.key_path.is_some() && !sub.skip_dead_letters {
+            // They held their keys: the keys go on after them.
+            super::keyed::discarded(client, &sub, &settled)?;
+        }
+        Ok(settled.len() as i64)
     });
     if let (Some(position), 0) = (position, changed) {
         StreamsError::NotADeadLetter { subscription: sub.name, position }.raise();

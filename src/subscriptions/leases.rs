@@ -72,7 +72,7 @@ fn open_leased(name: Option<&str>) -> Subscription {
     let name = name.ok_or(StreamsError::NullArgument("subscription")).or_raise();
     let sub = open(name);
     refuse_webhook(&sub);
-    if !sub.ordered {
+    if !sub.ordered || sub.key_path.is_some() {
         StreamsError::NeedsOrdered { function: "a lease", subscription: sub.name.clone() }.raise();
     }
     // Waits for a transaction that polls it now (a poll is short).

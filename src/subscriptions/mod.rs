@@ -31,6 +31,7 @@
 pub(crate) mod attempts;
 mod claims;
 mod failures;
+mod keyed;
 mod leases;
 mod poll;
 pub mod wait;
@@ -64,6 +65,10 @@ pub(crate) struct Subscription {
     owner: pg_sys::Oid,
     /// It belongs to a webhook: only the webhook worker consumes it.
     pub webhook: bool,
+    /// Ordered per key: the key's path (`streams._event_key`'s first argument).
+    key_path: Option<Vec<String>>,
+    /// Per key: a dead letter does not hold its key's later events.
+    skip_dead_letters: bool,
     /// Attempts before an event is parked (None: unlimited).
     max_attempts: Option<i32>,
     backoff_min_us: i64,
@@ -137,6 +142,8 @@ fn _create_subscription_with_retries(
     stream: Option<&str>,
     start: Option<i64>,
     ordered: Option<bool>,
+    key: Option<&str>,
+    on_dead_letter: Option<&str>,
     max_attempts: Option<i32>,
     backoff_min: Option<Interval>,
     backoff_max: Option<Interval>,
@@ -154,6 +161,19 @@ fn _create_subscription_with_retries(
     if settings.backoff_min > settings.backoff_max {
         StreamsError::BackoffOrder.raise();
     }
+    let key_path = key.map(|key| {
+        if !ordered {
+            StreamsError::KeyNeedsOrdered.raise();
+        }
+        litebase_streams_core::keys::parse_key_path(key)
+            .unwrap_or_else(|reason| StreamsError::InvalidKeyPath { key: key.to_owned(), reason }.raise())
+            .as_array()
+    });
+    let skip_dead_letters = match on_dead_letter.unwrap_or("hold") {
+        "hold" => false,
+        "skip" => true,
+        other => StreamsError::InvalidOnDeadLetter(other.to_owned()).raise(),
+    };
     if !ordered && settings.max_attempts.is_some() {
         StreamsError::NeedsOrdered { function: "streams.create_subscription", subscription: name.to_owned() }.raise();
     }
@@ -161,7 +181,7 @@ fn _create_subscription_with_retries(
         if let Some(existing) = named(name).into_iter().find(|n| n.own) {
             let differs = if existing.stream != stream {
                 Some("stream pattern")
-            } else if existing.ordered != ordered {
+            } else if existing.ordered != ordered || existing.key.as_deref() != key {
                 Some("ordering")
             } else {
                 None
@@ -174,6 +194,22 @@ fn _create_subscription_with_retries(
     }
     let id = create(name, stream, start, ordered);
     alter(id, settings, false);
+    if key.is_some() || skip_dead_letters {
+        as_owner(|client| {
+            let args: [DatumWithOid; 4] = [
+                id.into(),
+                key.into(),
+                key_path.clone().into(),
+                (if skip_dead_letters { "skip" } else { "hold" }).into(),
+            ];
+            client.update(
+                "UPDATE streams.subscription_state SET key = $2, key_path = $3, on_dead_letter = $4 WHERE id = $1",
+                None,
+                &args,
+            )?;
+            Ok(())
+        });
+    }
 }
 
 /// `streams.alter_subscription(name, max_attempts, backoff_min,
@@ -309,6 +345,11 @@ fn _seek_subscription(name: Option<&str>, start: Option<i64>) {
             // Reprocessing starts afresh: attempts from 1, no pending retry.
             attempts::forget_all(client, subscription.id)?;
             failures::forget_pending(client, subscription.id)?;
+            client.update(
+                "DELETE FROM streams.subscription_keys WHERE subscription = $1",
+                None,
+                &[subscription.id.into()],
+            )?;
         }
         Ok(())
     });
@@ -376,7 +417,7 @@ fn claim(
     let subscription = open(name);
     refuse_webhook(&subscription);
     check_read_coverage(&subscription.name, &subscription.stream);
-    if lease.is_some() && !subscription.ordered {
+    if lease.is_some() && (!subscription.ordered || subscription.key_path.is_some()) {
         StreamsError::NeedsOrdered { function: "streams.poll(lease => ...)", subscription: subscription.name }.raise();
     }
     if isolation_is_snapshot() && (!subscription.ordered || !wait.is_zero()) {
@@ -389,7 +430,9 @@ fn claim(
         waiter.reset();
         let horizon = horizon_seen_by_transaction();
         let polled = as_owner(|client| {
-            if subscription.ordered {
+            if subscription.key_path.is_some() {
+                keyed::poll(client, &subscription, horizon, max_events as i64)
+            } else if subscription.ordered {
                 poll_ordered(client, &subscription, horizon, max_events as i64, attempts, lease.is_some())
             } else {
                 poll_unordered(client, &subscription, horizon, max_events as i64)
@@ -449,6 +492,9 @@ fn _ack(subscription: Option<&str>, through: Option<i64>) {
     let horizon = horizon_seen_by_transaction();
     let tracks = tracks_attempts();
     as_owner(|client| {
+        if subscription.key_path.is_some() {
+            return keyed::ack(client, &subscription, through, horizon);
+        }
         if subscription.ordered {
             // In position order: the ack stops before the first event this
             // transaction nacked; those after it come again after it.
@@ -562,6 +608,8 @@ pub(crate) fn find(name: &str) -> Option<Subscription> {
         ordered: first.ordered,
         owner: first.owner,
         webhook: first.webhook,
+        key_path: first.key_path.clone(),
+        skip_dead_letters: first.skip_dead_letters,
         max_attempts: first.max_attempts,
         backoff_min_us: first.backoff_min_us,
         backoff_max_us: first.backoff_max_us,
@@ -576,6 +624,9 @@ struct Named {
     owner: pg_sys::Oid,
     owner_name: String,
     webhook: bool,
+    key: Option<String>,
+    key_path: Option<Vec<String>>,
+    skip_dead_letters: bool,
     max_attempts: Option<i32>,
     backoff_min_us: i64,
     backoff_max_us: i64,
@@ -593,9 +644,10 @@ fn named(name: &str) -> Vec<Named> {
     // A database still at 0.2.0 has no retry settings.
     let retry_columns = if tracks_attempts() {
         "s.max_attempts, (pg_catalog.date_part('epoch', s.backoff_min) * 1e6)::bigint,
-         (pg_catalog.date_part('epoch', s.backoff_max) * 1e6)::bigint"
+         (pg_catalog.date_part('epoch', s.backoff_max) * 1e6)::bigint, s.key, s.key_path,
+         s.on_dead_letter = 'skip'"
     } else {
-        "NULL::integer, 0::bigint, 0::bigint"
+        "NULL::integer, 0::bigint, 0::bigint, NULL::text, NULL::text[], false"
     };
     let query = format!(
         "SELECT s.id, s.stream, s.ordered, s.owner::oid, s.owner::text,
@@ -622,6 +674,9 @@ fn named(name: &str) -> Vec<Named> {
                 max_attempts: row.get::<i32>(9)?,
                 backoff_min_us: row.get::<i64>(10)?.unwrap_or(0),
                 backoff_max_us: row.get::<i64>(11)?.unwrap_or(0),
+                key: row.get::<String>(12)?,
+                key_path: row.get::<Vec<String>>(13)?,
+                skip_dead_letters: row.get::<bool>(14)?.unwrap_or(false),
             });
         }
         Ok(found)

@@ -1,0 +1,82 @@
+//! Keys of subscriptions ordered per key: which part of an event is its
+//! key, and the 32-bit hash that names a key's claim lock.
+
+/// Where an event's key comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyPath {
+    /// The stream name (`'$stream'`): ordered per stream.
+    Stream,
+    /// A path into the event's data (`'order_id'`, `'customer.id'`,
+    /// `'$.customer.id'`): its text; an event without it has the empty key.
+    Data(Vec<String>),
+}
+
+/// The most segments a data path may have.
+const MOST_SEGMENTS: usize = 16;
+
+/// The longest segment.
+const LONGEST_SEGMENT: usize = 63;
+
+/// Parse a key path; the reason when it is not one.
+pub fn parse_key_path(path: &str) -> Result<KeyPath, &'static str> {
+    if path == "$stream" {
+        return Ok(KeyPath::Stream);
+    }
+    let dotted = path.strip_prefix("$.").unwrap_or(path);
+    if dotted.is_empty() {
+        return Err("a key is '$stream' or a path into data such as 'order_id' or 'customer.id'");
+    }
+    let segments: Vec<&str> = dotted.split('.').collect();
+    if segments.len() > MOST_SEGMENTS {
+        return Err("a key path has at most 16 segments");
+    }
+    for segment in &segments {
+        if segment.is_empty() || segment.len() > LONGEST_SEGMENT {
+            return Err("each segment of a key path is 1 to 63 characters, separated by single dots");
+        }
+        if !segment.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+            return Err("a key path's segments are letters, digits, '_' and '-' (a JSON path such as 'customer.id')");
+        }
+    }
+    Ok(KeyPath::Data(segments.into_iter().map(str::to_owned).collect()))
+}
+
+impl KeyPath {
+    /// As the `text[]` that `streams._event_key` takes: `{$stream}` or the
+    /// data path.
+    pub fn as_array(&self) -> Vec<String> {
+        match self {
+            KeyPath::Stream => vec!["$stream".to_owned()],
+            KeyPath::Data(segments) => segments.clone(),
+        }
+    }
+}
+
+/// The 32-bit FNV-1a hash of a key: its claim lock's name. Two keys with
+/// the same hash share one lock (each still in order; fewer in parallel).
+pub fn key_hash(key: &str) -> u32 {
+    key.bytes().fold(0x811c_9dc5u32, |hash, byte| (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_paths_are_the_stream_or_dotted_paths_into_data() {
+        assert_eq!(parse_key_path("$stream"), Ok(KeyPath::Stream));
+        assert_eq!(parse_key_path("order_id"), Ok(KeyPath::Data(vec!["order_id".into()])));
+        assert_eq!(parse_key_path("$.customer.id"), Ok(KeyPath::Data(vec!["customer".into(), "id".into()])));
+        assert_eq!(parse_key_path("a-b.c_d.0"), Ok(KeyPath::Data(vec!["a-b".into(), "c_d".into(), "0".into()])));
+        for bad in ["", "$.", "a..b", ".a", "a.", "a b", "data->>'x'", "$[0]", "a.*", &"x.".repeat(17)] {
+            assert!(parse_key_path(bad).is_err(), "{bad:?} is not a key path");
+        }
+    }
+
+    #[test]
+    fn key_hashes_are_fnv1a() {
+        assert_eq!(key_hash(""), 0x811c_9dc5);
+        assert_eq!(key_hash("a"), 0xe40c_292c);
+        assert_ne!(key_hash("ord_1"), key_hash("ord_2"));
+    }
+}
