@@ -299,6 +299,9 @@ CREATE TABLE streams.subscription_failures (
     last_failed_at  timestamptz,
     retry_at        timestamptz,
     parked_at       timestamptz,
+    -- Discarded while the subscription had not yet moved past it: it is
+    -- skipped like a dead letter, and forgotten once passed.
+    discarded       boolean NOT NULL DEFAULT false,
     PRIMARY KEY (subscription, position)
 );
 
@@ -508,7 +511,7 @@ LEFT JOIN LATERAL (
            pg_catalog.count(*) FILTER (WHERE f.parked_at IS NOT NULL) AS parked,
            pg_catalog.min(f.parked_at) AS oldest_parked,
            pg_catalog.min(f.retry_at) FILTER (WHERE f.parked_at IS NULL) AS next_retry_at
-    FROM streams.subscription_failures f WHERE f.subscription = s.id
+    FROM streams.subscription_failures f WHERE f.subscription = s.id AND NOT f.discarded
 ) failures ON true
 WHERE pg_catalog.pg_has_role(s.owner, 'USAGE');
 
@@ -521,7 +524,7 @@ SELECT s.name AS subscription, s.owner, f.position, e.stream, f.attempts, f.firs
 FROM streams.subscription_failures f
 JOIN streams.subscription_state s ON s.id = f.subscription
 LEFT JOIN streams.event_log e ON e.position = f.position
-WHERE f.parked_at IS NOT NULL AND pg_catalog.pg_has_role(s.owner, 'USAGE');
+WHERE f.parked_at IS NOT NULL AND NOT f.discarded AND pg_catalog.pg_has_role(s.owner, 'USAGE');
 
 
 
@@ -548,7 +551,9 @@ COMMENT ON COLUMN streams.subscription_state.backoff_max IS 'The longest delay b
 COMMENT ON FUNCTION streams.poll(text, integer, interval, interval) IS 'Claim the next events of a subscription for this transaction (or for a lease), with their delivery attempt; wait => long poll.';
 
 REVOKE ALL ON streams.subscription_deliveries, streams.subscription_failures, streams.subscription_keys FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION streams._event_key(text[], text, jsonb) FROM PUBLIC;
+-- streams.subscriptions calls it, and a view's functions are checked
+-- against the querying role; it reads nothing but its arguments.
+GRANT EXECUTE ON FUNCTION streams._event_key(text[], text, jsonb) TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION
     streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean),
     streams.alter_subscription(text, integer, interval, interval, boolean),

@@ -107,6 +107,9 @@ CREATE TABLE streams.subscription_failures (
     last_failed_at  timestamptz,
     retry_at        timestamptz,
     parked_at       timestamptz,
+    -- Discarded while the subscription had not yet moved past it: it is
+    -- skipped like a dead letter, and forgotten once passed.
+    discarded       boolean NOT NULL DEFAULT false,
     PRIMARY KEY (subscription, position)
 );
 
@@ -392,7 +395,7 @@ LEFT JOIN LATERAL (
            pg_catalog.count(*) FILTER (WHERE f.parked_at IS NOT NULL) AS parked,
            pg_catalog.min(f.parked_at) AS oldest_parked,
            pg_catalog.min(f.retry_at) FILTER (WHERE f.parked_at IS NULL) AS next_retry_at
-    FROM streams.subscription_failures f WHERE f.subscription = s.id
+    FROM streams.subscription_failures f WHERE f.subscription = s.id AND NOT f.discarded
 ) failures ON true
 WHERE pg_catalog.pg_has_role(s.owner, 'USAGE');
 
@@ -405,7 +408,7 @@ SELECT s.name AS subscription, s.owner, f.position, e.stream, f.attempts, f.firs
 FROM streams.subscription_failures f
 JOIN streams.subscription_state s ON s.id = f.subscription
 LEFT JOIN streams.event_log e ON e.position = f.position
-WHERE f.parked_at IS NOT NULL AND pg_catalog.pg_has_role(s.owner, 'USAGE');
+WHERE f.parked_at IS NOT NULL AND NOT f.discarded AND pg_catalog.pg_has_role(s.owner, 'USAGE');
 
 COMMENT ON TABLE streams.subscription_state IS 'Subscriptions: name, stream pattern, ordering, processed position, owner (see streams.subscriptions).';
 COMMENT ON COLUMN streams.subscription_state.position IS 'Every event of the subscription at or below this position is processed (unordered: plus the progress rows above it).';

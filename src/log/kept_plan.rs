@@ -111,3 +111,80 @@ pub mod spi {
         (!is_null).then(|| datum.value() != 0)
     }
 }
+
+/// The most statements [`KeptStatements`] keeps per backend; past it the
+/// cache starts again (the statements' texts are a small fixed set, so
+/// this only bounds a mistake).
+const MOST_KEPT: usize = 256;
+
+thread_local! {
+    static KEPT: std::cell::RefCell<std::collections::HashMap<(String, bool), std::rc::Rc<pgrx::spi::OwnedPreparedStatement>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// `select` and `update` of the SPI client with each statement planned once
+/// per backend and kept, keyed by its text: the subscription functions run
+/// a dozen short statements per poll, and parsing and planning them anew
+/// each time cost more than running them. Call them under the pinned
+/// search_path (as the subscriptions' `as_owner` does): the plan cache
+/// re-plans a kept statement when the tables change.
+pub trait KeptStatements<'conn> {
+    fn select_kept(
+        &self,
+        sql: &str,
+        limit: Option<std::ffi::c_long>,
+        args: &[pgrx::datum::DatumWithOid],
+    ) -> pgrx::spi::SpiResult<pgrx::spi::SpiTupleTable<'conn>>;
+
+    fn update_kept(
+        &mut self,
+        sql: &str,
+        limit: Option<std::ffi::c_long>,
+        args: &[pgrx::datum::DatumWithOid],
+    ) -> pgrx::spi::SpiResult<pgrx::spi::SpiTupleTable<'conn>>;
+}
+
+fn kept_statement(
+    client: &pgrx::spi::SpiClient<'_>,
+    sql: &str,
+    mutating: bool,
+    args: &[pgrx::datum::DatumWithOid],
+) -> pgrx::spi::SpiResult<std::rc::Rc<pgrx::spi::OwnedPreparedStatement>> {
+    let key = (sql.to_owned(), mutating);
+    if let Some(kept) = KEPT.with(|k| k.borrow().get(&key).cloned()) {
+        return Ok(kept);
+    }
+    let types: Vec<pgrx::PgOid> = args.iter().map(|a| pgrx::PgOid::from(a.oid())).collect();
+    let prepared = if mutating { client.prepare_mut(sql, &types)? } else { client.prepare(sql, &types)? };
+    let kept = std::rc::Rc::new(prepared.keep());
+    KEPT.with(|k| {
+        let mut k = k.borrow_mut();
+        if k.len() >= MOST_KEPT {
+            k.clear();
+        }
+        k.insert(key, kept.clone());
+    });
+    Ok(kept)
+}
+
+impl<'conn> KeptStatements<'conn> for pgrx::spi::SpiClient<'conn> {
+    fn select_kept(
+        &self,
+        sql: &str,
+        limit: Option<std::ffi::c_long>,
+        args: &[pgrx::datum::DatumWithOid],
+    ) -> pgrx::spi::SpiResult<pgrx::spi::SpiTupleTable<'conn>> {
+        let kept = kept_statement(self, sql, false, args)?;
+        self.select(&*kept, limit, args)
+    }
+
+    fn update_kept(
+        &mut self,
+        sql: &str,
+        limit: Option<std::ffi::c_long>,
+        args: &[pgrx::datum::DatumWithOid],
+    ) -> pgrx::spi::SpiResult<pgrx::spi::SpiTupleTable<'conn>> {
+        let kept = kept_statement(self, sql, true, args)?;
+        self.update(&*kept, limit, args)
+    }
+}

@@ -20,6 +20,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::log::kept_plan::KeptStatements;
 use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
 use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiResult};
@@ -197,9 +198,43 @@ pub(super) fn settle(
     replace(client, subscription, after, through, &pieces)
 }
 
+/// The events after `position` that came in the same delivery as `nacked`
+/// (the nacked event's segment) were not tried: the consumer failed before
+/// them, and they come again after it. Take that delivery back from their
+/// counts, so that only the failing event uses up its attempts.
+pub(super) fn not_attempted(
+    client: &mut SpiClient<'_>,
+    subscription: i32,
+    position: i64,
+    nacked: &Segment,
+) -> SpiResult<()> {
+    let same_delivery =
+        |s: &Segment| s.pid == nacked.pid && s.started == nacked.started && s.delivered_at == nacked.delivered_at;
+    let old: Vec<Segment> = overlapping(client, subscription, position, i64::MAX)?;
+    if !old.iter().any(same_delivery) {
+        return Ok(());
+    }
+    let mut pieces = Vec::with_capacity(old.len() + 1);
+    for segment in &old {
+        if !same_delivery(segment) {
+            pieces.push(segment.clone());
+            continue;
+        }
+        if segment.low < position {
+            pieces.push(segment.cut(segment.low, position));
+        }
+        if segment.attempts > 1 {
+            let mut rest = segment.cut(segment.low.max(position), segment.high);
+            rest.attempts -= 1;
+            pieces.push(rest);
+        }
+    }
+    replace(client, subscription, position, i64::MAX, &pieces)
+}
+
 /// Forget every count of the subscription (a seek starts afresh).
 pub(super) fn forget_all(client: &mut SpiClient<'_>, subscription: i32) -> SpiResult<()> {
-    client.update(
+    client.update_kept(
         "DELETE FROM streams.subscription_deliveries WHERE subscription = $1",
         None,
         &[subscription.into()],
@@ -240,7 +275,7 @@ pub(super) fn overlapping(
     let args: [DatumWithOid; 3] = [subscription.into(), after.into(), through.into()];
     with_latest_snapshot(|| {
         client
-            .select(
+            .select_kept(
                 "SELECT d.low, d.high, d.attempts, d.delivered_to, d.delivered_to_start, d.delivered_at,
                         d.lease, d.leased_until
                  FROM streams.subscription_deliveries d
@@ -280,7 +315,7 @@ fn replace(
     pieces: &[Segment],
 ) -> SpiResult<()> {
     let args: [DatumWithOid; 3] = [subscription.into(), after.into(), through.into()];
-    client.update(
+    client.update_kept(
         "DELETE FROM streams.subscription_deliveries d WHERE d.subscription = $1 AND d.low < $3 AND d.high > $2",
         None,
         &args,
@@ -310,7 +345,7 @@ fn replace(
         leased_until.into(),
         lease_for.into(),
     ];
-    client.update(
+    client.update_kept(
         "INSERT INTO streams.subscription_deliveries
              (subscription, low, high, attempts, delivered_to, delivered_to_start, delivered_at, lease, leased_until)
          SELECT $1, u.low, u.high, u.attempts, u.pid, coalesce(u.started, '-infinity'),

@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use crate::log::kept_plan::KeptStatements;
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiResult};
@@ -43,7 +44,7 @@ pub(super) enum Head {
 pub(super) fn head(client: &mut SpiClient<'_>, sub: &Subscription, position: i64) -> SpiResult<Head> {
     let args: [DatumWithOid; 2] = [sub.id.into(), position.into()];
     let (attempts, parked, wait_us, leased_us) = with_latest_snapshot(|| {
-        let rows = client.select(
+        let rows = client.select_kept(
             "SELECT d.attempts, f.parked_at IS NOT NULL,
                     (pg_catalog.date_part('epoch', f.retry_at - pg_catalog.clock_timestamp()) * 1e6)::bigint,
                     (pg_catalog.date_part('epoch', d.leased_until - pg_catalog.clock_timestamp()) * 1e6)::bigint
@@ -85,7 +86,7 @@ pub(super) fn park(
     reason: Option<&str>,
 ) -> SpiResult<()> {
     let args: [DatumWithOid; 4] = [sub.into(), position.into(), attempts.into(), reason.into()];
-    client.update(
+    client.update_kept(
         "INSERT INTO streams.subscription_failures AS f
              (subscription, position, attempts, first_error, last_error, first_failed_at, last_failed_at, parked_at)
          VALUES ($1, $2, $3, $4, $4, CASE WHEN $4 IS NOT NULL THEN pg_catalog.now() END,
@@ -102,11 +103,38 @@ pub(super) fn park(
     attempts::settle(client, sub, position - 1, position, &[])
 }
 
+/// The first event in `(after, through]` with a failure (waiting for its
+/// retry, or parked): a delivery of an ordered subscription stops before
+/// it, so that it is never handed out early, and never out of order.
+pub(super) fn first_failing(client: &mut SpiClient<'_>, sub: i32, after: i64, through: i64) -> SpiResult<Option<i64>> {
+    let args: [DatumWithOid; 3] = [sub.into(), after.into(), through.into()];
+    with_latest_snapshot(|| {
+        let rows = client.select_kept(
+            "SELECT pg_catalog.min(f.position) FROM streams.subscription_failures f
+             WHERE f.subscription = $1 AND f.position > $2 AND f.position <= $3
+               AND (f.parked_at IS NOT NULL OR f.retry_at > pg_catalog.clock_timestamp())",
+            None,
+            &args,
+        )?;
+        rows.first().get::<i64>(1)
+    })
+}
+
+/// Forget the discarded dead letters the subscription has moved past.
+pub(super) fn forget_discarded(client: &mut SpiClient<'_>, sub: i32, through: i64) -> SpiResult<()> {
+    client.update_kept(
+        "DELETE FROM streams.subscription_failures f WHERE f.subscription = $1 AND f.position <= $2 AND f.discarded",
+        None,
+        &[sub.into(), through.into()],
+    )?;
+    Ok(())
+}
+
 /// The lowest put-back dead letter at or below `position` that is due.
 pub(super) fn due_put_back(client: &mut SpiClient<'_>, sub: i32, position: i64) -> SpiResult<Option<i64>> {
     let args: [DatumWithOid; 2] = [sub.into(), position.into()];
     with_latest_snapshot(|| {
-        let rows = client.select(
+        let rows = client.select_kept(
             "SELECT f.position FROM streams.subscription_failures f
              WHERE f.subscription = $1 AND f.parked_at IS NULL AND f.position <= $2
                AND (f.retry_at IS NULL OR f.retry_at <= pg_catalog.clock_timestamp())
@@ -127,7 +155,7 @@ pub(super) fn due_put_back(client: &mut SpiClient<'_>, sub: i32, position: i64) 
 pub(super) fn next_put_back(client: &mut SpiClient<'_>, sub: i32, position: i64) -> SpiResult<Option<Duration>> {
     let args: [DatumWithOid; 2] = [sub.into(), position.into()];
     with_latest_snapshot(|| {
-        let rows = client.select(
+        let rows = client.select_kept(
             "SELECT (pg_catalog.date_part('epoch', pg_catalog.min(f.retry_at) - pg_catalog.clock_timestamp()) * 1e6)::bigint
              FROM streams.subscription_failures f
              WHERE f.subscription = $1 AND f.parked_at IS NULL AND f.position <= $2",
@@ -142,7 +170,7 @@ pub(super) fn next_put_back(client: &mut SpiClient<'_>, sub: i32, position: i64)
 /// their failures.
 pub(super) fn forget(client: &mut SpiClient<'_>, sub: i32, after: i64, through: i64, keep: &[i64]) -> SpiResult<()> {
     let args: [DatumWithOid; 4] = [sub.into(), after.into(), through.into(), keep.to_vec().into()];
-    client.update(
+    client.update_kept(
         "DELETE FROM streams.subscription_failures f
          WHERE f.subscription = $1 AND f.position > $2 AND f.position <= $3 AND f.parked_at IS NULL
            AND f.position <> ALL ($4::bigint[])",
@@ -154,7 +182,7 @@ pub(super) fn forget(client: &mut SpiClient<'_>, sub: i32, after: i64, through: 
 
 /// Forget the failures that are not dead letters (a seek starts afresh).
 pub(super) fn forget_pending(client: &mut SpiClient<'_>, sub: i32) -> SpiResult<()> {
-    client.update(
+    client.update_kept(
         "DELETE FROM streams.subscription_failures f WHERE f.subscription = $1 AND f.parked_at IS NULL",
         None,
         &[sub.into()],
@@ -216,6 +244,10 @@ fn _nack(
         if let Some(lease) = lease {
             super::leases::end(client, sub.id, lease)?;
         }
+        if sub.key_path.is_none() {
+            // In one sequence, the events after it were not tried.
+            attempts::not_attempted(client, sub.id, position, &segment)?;
+        }
         if sub.max_attempts.is_some_and(|max| segment.attempts >= max) {
             return park(client, sub.id, position, segment.attempts, reason);
         }
@@ -231,7 +263,7 @@ fn _nack(
         });
         let args: [DatumWithOid; 5] =
             [sub.id.into(), position.into(), segment.attempts.into(), reason.into(), (delay.as_micros() as i64).into()];
-        client.update(
+        client.update_kept(
             "INSERT INTO streams.subscription_failures AS f
                  (subscription, position, attempts, first_error, last_error, first_failed_at, last_failed_at, retry_at)
              VALUES ($1, $2, $3, $4, $4, pg_catalog.now(), pg_catalog.now(),
@@ -268,22 +300,33 @@ fn _retry_dead_letter(subscription: Option<&str>, position: Option<i64>) -> i64 
         position,
         // Delivered again as attempt 1: its old attempts are in the row only.
         "UPDATE streams.subscription_failures f SET parked_at = NULL, retry_at = NULL
-         WHERE f.subscription = $1 AND f.parked_at IS NOT NULL AND ($2::bigint IS NULL OR f.position = $2)
+         WHERE f.subscription = $1 AND f.parked_at IS NOT NULL AND NOT f.discarded
+           AND ($2::bigint IS NULL OR f.position = $2)
          RETURNING f.position",
         false,
     )
 }
 
 /// `streams.discard_dead_letter(subscription, position)`: drop one dead
-/// letter (or all); how many. The event stays in the log.
+/// letter (or all); how many. The event stays in the log. One the
+/// subscription has not yet moved past is kept, marked, until it has (a
+/// poll skips it as it skips a dead letter).
 #[pg_extern(sql = false)]
 fn _discard_dead_letter(subscription: Option<&str>, position: Option<i64>) -> i64 {
     settle_dead_letters(
         subscription,
         position,
-        "DELETE FROM streams.subscription_failures f
-         WHERE f.subscription = $1 AND f.parked_at IS NOT NULL AND ($2::bigint IS NULL OR f.position = $2)
-         RETURNING f.position",
+        "WITH gone AS (
+             UPDATE streams.subscription_failures f SET discarded = true
+             WHERE f.subscription = $1 AND f.parked_at IS NOT NULL AND NOT f.discarded
+               AND ($2::bigint IS NULL OR f.position = $2)
+             RETURNING f.subscription, f.position
+         ), passed AS (
+             DELETE FROM streams.subscription_failures f USING gone, streams.subscription_state s
+             WHERE f.subscription = gone.subscription AND f.position = gone.position
+               AND s.id = f.subscription AND f.position <= s.position AND s.key_path IS NULL
+         )
+         SELECT gone.position FROM gone",
         true,
     )
 }
@@ -296,7 +339,7 @@ fn settle_dead_letters(subscription: Option<&str>, position: Option<i64>, statem
     let changed = as_owner(|client| {
         let args: [DatumWithOid; 2] = [sub.id.into(), position.into()];
         let settled: Vec<i64> = client
-            .update(statement, None, &args)?
+            .update_kept(statement, None, &args)?
             .map(|row| row.get::<i64>(1).map(|p| p.unwrap_or(0)))
             .collect::<Result<_, _>>()?;
         if discard && sub.key_path.is_some() && !sub.skip_dead_letters {

@@ -24,6 +24,7 @@
 
 use std::collections::HashMap;
 
+use crate::log::kept_plan::KeptStatements;
 use pgrx::datum::DatumWithOid;
 use pgrx::spi::{SpiClient, SpiResult};
 
@@ -64,7 +65,7 @@ fn window(
     args.extend(values.into_iter().map(DatumWithOid::from));
     with_latest_snapshot(|| {
         client
-            .select(sql.as_str(), None, &args)?
+            .select_kept(sql.as_str(), None, &args)?
             .map(|row| Ok((row.get::<i64>(1)?.unwrap_or(0), row.get::<String>(2)?.unwrap_or_default())))
             .collect()
     })
@@ -76,7 +77,7 @@ fn put_backs(client: &mut SpiClient<'_>, sub: &Subscription) -> SpiResult<Vec<(i
     let args: [DatumWithOid; 2] = [sub.id.into(), key_path.into()];
     with_latest_snapshot(|| {
         client
-            .select(
+            .select_kept(
                 "SELECT f.position, streams._event_key($2, e.stream, e.data)
                  FROM streams.subscription_failures f
                  JOIN streams.event_log e ON e.position = f.position
@@ -123,7 +124,7 @@ fn heads(
     args.extend(values.into_iter().map(DatumWithOid::from));
     with_latest_snapshot(|| {
         client
-            .select(sql.as_str(), None, &args)?
+            .select_kept(sql.as_str(), None, &args)?
             .map(|row| Ok((row.get::<String>(1)?.unwrap_or_default(), row.get::<i64>(2)?.unwrap_or(0))))
             .collect()
     })
@@ -133,7 +134,7 @@ fn heads(
 /// as dead letters skipped), in the calling transaction.
 fn processed_through(client: &mut SpiClient<'_>, sub: i32, key: &str, position: i64) -> SpiResult<()> {
     let args: [DatumWithOid; 3] = [sub.into(), key.into(), position.into()];
-    client.update(
+    client.update_kept(
         "INSERT INTO streams.subscription_keys AS k (subscription, key, position) VALUES ($1, $2, $3)
          ON CONFLICT (subscription, key) DO UPDATE SET position = GREATEST(k.position, excluded.position)",
         None,
@@ -329,7 +330,7 @@ fn keys_of(client: &mut SpiClient<'_>, sub: &Subscription, positions: &[i64]) ->
     let key_path = sub.key_path.clone().unwrap_or_default();
     let args: [DatumWithOid; 2] = [positions.to_vec().into(), key_path.into()];
     client
-        .select(
+        .select_kept(
             "SELECT e.position, streams._event_key($2, e.stream, e.data) FROM streams.event_log e
              WHERE e.position = ANY ($1) ORDER BY e.position",
             None,
@@ -345,7 +346,7 @@ fn fold(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64) -> SpiResu
     let first = window(client, sub, 0, horizon, 1)?;
     let done_through = first.first().map_or(horizon, |(p, _)| p - 1);
     let args: [DatumWithOid; 2] = [sub.id.into(), done_through.into()];
-    client.update(
+    client.update_kept(
         "WITH mine AS (
              SELECT s.id FROM streams.subscription_state s
              WHERE s.id = $1 AND s.position < $2 FOR NO KEY UPDATE SKIP LOCKED

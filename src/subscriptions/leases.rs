@@ -14,6 +14,7 @@
 
 use std::time::Duration;
 
+use crate::log::kept_plan::KeptStatements;
 use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -49,7 +50,7 @@ pub(super) fn new_id() -> i64 {
 fn live(client: &mut SpiClient<'_>, sub: &Subscription, lease: i64) -> (i64, i64) {
     let args: [DatumWithOid; 2] = [sub.id.into(), lease.into()];
     let rows = client
-        .select(
+        .select_kept(
             "SELECT pg_catalog.min(d.low), pg_catalog.max(d.high) FROM streams.subscription_deliveries d
              WHERE d.subscription = $1 AND d.lease = $2 AND d.leased_until > pg_catalog.clock_timestamp()",
             None,
@@ -92,7 +93,7 @@ fn _ack_lease(subscription: Option<&str>, through: Option<i64>, lease: Option<i6
         if through > high {
             StreamsError::AckNotPolled { subscription: sub.name.clone(), through, polled_through: Some(high) }.raise();
         }
-        client.update(
+        client.update_kept(
             "UPDATE streams.subscription_state
              SET position = GREATEST(position, $2), last_ack_at = pg_catalog.now() WHERE id = $1",
             None,
@@ -117,7 +118,7 @@ fn _extend_lease(
     as_owner(|client| {
         live(client, &sub, lease);
         let args: [DatumWithOid; 3] = [sub.id.into(), lease.into(), (duration.as_micros() as i64).into()];
-        let rows = client.update(
+        let rows = client.update_kept(
             "UPDATE streams.subscription_deliveries d
              SET leased_until = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $3::double precision / 1e6)
              WHERE d.subscription = $1 AND d.lease = $2 RETURNING d.leased_until",
@@ -153,7 +154,7 @@ pub(super) fn check_nack(sub: &Subscription, position: i64, lease: i64) {
 /// A nack ends the lease: its events not yet acked come again (the nacked
 /// one once it is due).
 pub(super) fn end(client: &mut SpiClient<'_>, sub: i32, lease: i64) -> pgrx::spi::SpiResult<()> {
-    client.update(
+    client.update_kept(
         "UPDATE streams.subscription_deliveries d SET lease = NULL, leased_until = NULL
          WHERE d.subscription = $1 AND d.lease = $2",
         None,

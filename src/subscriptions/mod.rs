@@ -38,6 +38,7 @@ pub mod wait;
 
 use std::time::Duration;
 
+use crate::log::kept_plan::KeptStatements;
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -202,7 +203,7 @@ fn _create_subscription_with_retries(
                 key_path.clone().into(),
                 (if skip_dead_letters { "skip" } else { "hold" }).into(),
             ];
-            client.update(
+            client.update_kept(
                 "UPDATE streams.subscription_state SET key = $2, key_path = $3, on_dead_letter = $4 WHERE id = $1",
                 None,
                 &args,
@@ -250,7 +251,7 @@ fn alter(id: i32, settings: RetrySettings, unlimited: bool) {
             micros(settings.backoff_min).into(),
             micros(settings.backoff_max).into(),
         ];
-        client.update(
+        client.update_kept(
             "UPDATE streams.subscription_state
              SET max_attempts = CASE WHEN $3 THEN NULL ELSE coalesce($2, max_attempts) END,
                  backoff_min = coalesce(pg_catalog.make_interval(secs => $4::double precision / 1e6), backoff_min),
@@ -286,7 +287,7 @@ pub(crate) fn create(name: &str, stream: &str, start: i64, ordered: bool) -> i32
     // serves too until ALTER EXTENSION ... UPDATE.
     let created = as_owner(|client| {
         let args: [DatumWithOid; 5] = [name.into(), stream.into(), ordered.into(), start.into(), caller.into()];
-        let rows = client.update(
+        let rows = client.update_kept(
             "INSERT INTO streams.subscription_state (name, stream, ordered, position, owner)
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING id",
             None,
@@ -312,7 +313,7 @@ fn _drop_subscription(name: Option<&str>) -> bool {
     refuse_webhook(&subscription);
     claims::lock_exclusively(subscription.id);
     as_owner(|client| {
-        client.update("DELETE FROM streams.subscription_state WHERE id = $1", None, &[subscription.id.into()])?;
+        client.update_kept("DELETE FROM streams.subscription_state WHERE id = $1", None, &[subscription.id.into()])?;
         Ok(())
     });
     true
@@ -331,12 +332,12 @@ fn _seek_subscription(name: Option<&str>, start: Option<i64>) {
     let subscription = open(name);
     claims::lock_exclusively(subscription.id);
     as_owner(|client| {
-        client.update(
+        client.update_kept(
             "UPDATE streams.subscription_state SET position = $2 WHERE id = $1",
             None,
             &[subscription.id.into(), start.into()],
         )?;
-        client.update(
+        client.update_kept(
             "DELETE FROM streams.subscription_progress WHERE subscription = $1",
             None,
             &[subscription.id.into()],
@@ -345,7 +346,7 @@ fn _seek_subscription(name: Option<&str>, start: Option<i64>) {
             // Reprocessing starts afresh: attempts from 1, no pending retry.
             attempts::forget_all(client, subscription.id)?;
             failures::forget_pending(client, subscription.id)?;
-            client.update(
+            client.update_kept(
                 "DELETE FROM streams.subscription_keys WHERE subscription = $1",
                 None,
                 &[subscription.id.into()],
@@ -500,7 +501,7 @@ fn _ack(subscription: Option<&str>, through: Option<i64>) {
             // transaction nacked; those after it come again after it.
             let nacked = claims::nacked(subscription.id);
             let upto = nacked.iter().map(|n| n - 1).min().map_or(through, |stop| stop.min(through));
-            client.update(
+            client.update_kept(
                 "UPDATE streams.subscription_state
                  SET position = GREATEST(position, $2), last_ack_at = pg_catalog.now() WHERE id = $1",
                 None,
@@ -520,7 +521,7 @@ fn _ack(subscription: Option<&str>, through: Option<i64>) {
         for claim in claimed.iter().filter(|c| c.low < through) {
             let Key::Chunk(chunk) = claim.key else { continue };
             let args: [DatumWithOid; 3] = [subscription.id.into(), chunk.into(), claim.high.min(through).into()];
-            client.update(
+            client.update_kept(
                 "INSERT INTO streams.subscription_progress AS p (subscription, chunk, done_through, acked_at)
                  VALUES ($1, $2, $3, pg_catalog.now())
                  ON CONFLICT (subscription, chunk) DO UPDATE
@@ -557,7 +558,7 @@ fn _claims() -> TableIterator<'static, (name!(subscription, i32), name!(pid, i32
         let ids: Vec<i32> = claims.iter().map(|c| c.0).collect();
         let owners: Vec<(i32, pg_sys::Oid)> = as_owner(|client| {
             client
-                .select(
+                .select_kept(
                     "SELECT s.id, s.owner FROM streams.subscription_state s WHERE s.id = ANY ($1)",
                     None,
                     &[ids.into()],
@@ -659,7 +660,7 @@ fn named(name: &str) -> Vec<Named> {
          ORDER BY own DESC, member DESC, s.id"
     );
     as_owner(|client| {
-        let rows = with_latest_snapshot(|| client.select(query.as_str(), None, &[name.into(), caller.into()]))?;
+        let rows = with_latest_snapshot(|| client.select_kept(query.as_str(), None, &[name.into(), caller.into()]))?;
         let mut found = Vec::with_capacity(rows.len());
         for row in rows {
             found.push(Named {

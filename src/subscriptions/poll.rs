@@ -2,6 +2,7 @@
 //! subscription's consumers claim next, read with a snapshot taken after
 //! their claim's lock, and the acked chunks folded into the position.
 
+use crate::log::kept_plan::KeptStatements;
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiResult};
@@ -60,7 +61,7 @@ pub(super) fn poll_ordered(
         // Lock the row the ack updates (no other poller waits on it: they
         // wait for the token). Under repeatable read this fails with 40001
         // if the position moved since the transaction's snapshot.
-        let rows = client.update(
+        let rows = client.update_kept(
             "SELECT s.position FROM streams.subscription_state s WHERE s.id = $1 FOR NO KEY UPDATE",
             None,
             &[sub.id.into()],
@@ -111,21 +112,30 @@ pub(super) fn poll_ordered(
                     failures::park(client, sub.id, head, attempts, None)?;
                 }
                 // Settled: the subscription moves past it, in this transaction.
-                client.update(
+                client.update_kept(
                     "UPDATE streams.subscription_state SET position = GREATEST(position, $2) WHERE id = $1",
                     None,
                     &[sub.id.into(), head.into()],
                 )?;
+                failures::forget_discarded(client, sub.id, head)?;
                 wrote = true;
                 start = head;
                 (count, first, last) = next_events(client, sub, start, horizon, max)?;
             }
         }
     }
-    let Some(last) = last else {
+    let Some(mut last) = last else {
         unlock(wrote);
         return Ok(Polled::default());
     };
+    let head = first.unwrap_or(last);
+    if let Some(failing) = failures::first_failing(client, sub.id, head, last)? {
+        // The head is fine (above); the delivery stops before the next
+        // failing event, which comes at the head in its turn.
+        let (n, _, through) = next_events(client, sub, start, failing - 1, max)?;
+        count = n;
+        last = through.unwrap_or(head);
+    }
     Ok(claimed(Key::Token, start, last, count, wrote))
 }
 
@@ -284,7 +294,7 @@ pub(super) fn fold_finished_chunks(client: &mut SpiClient<'_>, sub: &Subscriptio
         return Ok(());
     }
     let args: [DatumWithOid; 3] = [sub.id.into(), position.into(), done_through.into()];
-    client.update(
+    client.update_kept(
         "WITH mine AS (
              SELECT s.id FROM streams.subscription_state s
              WHERE s.id = $1 AND s.position = $2 FOR NO KEY UPDATE SKIP LOCKED
@@ -316,7 +326,7 @@ fn next_events(
     let sql =
         format!("SELECT pg_catalog.count(*), pg_catalog.min(n.position), pg_catalog.max(n.position) FROM ({sql}) n");
     with_latest_snapshot(|| {
-        let rows = client.select(sql.as_str(), None, &args)?;
+        let rows = client.select_kept(sql.as_str(), None, &args)?;
         let row = rows.first();
         Ok((row.get::<i64>(1)?.unwrap_or(0), row.get::<i64>(2)?, row.get::<i64>(3)?))
     })
@@ -341,7 +351,7 @@ fn unprocessed_events(
                            AND p.done_through >= e.position)",
     );
     with_latest_snapshot(|| {
-        client.select(sql.as_str(), None, &args)?.map(|row| row.get::<i64>(1).map(|p| p.unwrap_or(0))).collect()
+        client.select_kept(sql.as_str(), None, &args)?.map(|row| row.get::<i64>(1).map(|p| p.unwrap_or(0))).collect()
     })
 }
 
@@ -368,7 +378,7 @@ fn events_query<'a>(
 /// The position as committed now (a dropped subscription: raise).
 fn read_position(client: &mut SpiClient<'_>, id: i32) -> SpiResult<i64> {
     let rows = with_latest_snapshot(|| {
-        client.select("SELECT s.position FROM streams.subscription_state s WHERE s.id = $1", None, &[id.into()])
+        client.select_kept("SELECT s.position FROM streams.subscription_state s WHERE s.id = $1", None, &[id.into()])
     })?;
     if rows.is_empty() {
         StreamsError::UnknownSubscription(format!("(id {id})")).raise();
@@ -381,7 +391,7 @@ fn read_position(client: &mut SpiClient<'_>, id: i32) -> SpiResult<i64> {
 /// over the chunk and deletes its row in one transaction.
 fn processed_through(client: &mut SpiClient<'_>, id: i32, chunk: i64) -> SpiResult<i64> {
     with_latest_snapshot(|| {
-        let rows = client.select(
+        let rows = client.select_kept(
             "SELECT GREATEST(s.position, (SELECT p.done_through FROM streams.subscription_progress p
                                           WHERE p.subscription = s.id AND p.chunk = $2))
              FROM streams.subscription_state s WHERE s.id = $1",

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use pgrx::prelude::*;
 
 use crate::error::SpiContext;
+use crate::log::kept_plan::KeptStatements;
 use crate::shmem::{self, ConsumerSlot};
 
 /// The longest single sleep: a safety net against a lost wake-up (the
@@ -138,11 +139,17 @@ pub fn horizon_seen_by_transaction() -> i64 {
     // A read-only select (Spi::get_one would assign a transaction id: an
     // error on a hot standby, and a commit record for a mere read).
     with_active_snapshot(snapshot, || {
-        Spi::connect(|client| {
-            client
-                .select("SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0)", Some(1), &[])?
-                .first()
-                .get_one::<i64>()
+        crate::log::kept_plan::with_pinned_search_path(|| {
+            Spi::connect(|client| {
+                client
+                    .select_kept(
+                        "SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0)",
+                        Some(1),
+                        &[],
+                    )?
+                    .first()
+                    .get_one::<i64>()
+            })
         })
     })
     .context("reading the horizon")
