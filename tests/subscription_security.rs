@@ -36,7 +36,7 @@ fn a_subscription_needs_read_on_every_stream_of_its_pattern() {
     fails_with(&mut o, "SELECT streams.create_subscription('o_all', '*')", "42501");
     fails_with(
         &mut o,
-        "SELECT streams._create_subscription('o_direct', 'payment.*', 0, true, NULL, '1 second', '10 minutes', false)",
+        "SELECT streams._create_subscription('o_direct', 'payment.*', 0, true, NULL, 'hold', NULL, '1 second', '10 minutes', false)",
         "42501",
     );
     o.batch_execute("SELECT streams.create_subscription('o_orders', 'orders')").unwrap();
@@ -102,7 +102,7 @@ fn another_role_cannot_use_see_or_stall_a_subscription() {
         "SELECT streams.seek('alice_sub', after => 0)",
         "SELECT streams.seek('alice_sub')",
         "SELECT streams.drop_subscription('alice_sub')",
-        "SELECT * FROM streams._claim('alice_sub', 10, '0')",
+        "SELECT * FROM streams._claim('alice_sub', 10, '0', NULL)",
         "SELECT streams._seek_subscription('alice_sub', 0)",
         "SELECT * FROM streams.subscription_state",
         "SELECT * FROM streams.subscription_progress",
