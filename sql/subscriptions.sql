@@ -153,6 +153,13 @@ LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', '_chunk_wrapper'
 CREATE FUNCTION streams._claims() RETURNS TABLE (subscription integer, pid integer, claimed bigint)
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_claims_wrapper';
 
+-- streams._delivery_waits() -> (deliveries, waited_us)
+-- This backend's polls: deliveries written down by the worker, and the
+-- microseconds they waited for it (make bench reports the cost from it).
+CREATE FUNCTION streams._delivery_waits() RETURNS TABLE (deliveries bigint, waited_us bigint)
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', '_delivery_waits_wrapper';
+COMMENT ON FUNCTION streams._delivery_waits() IS 'Internal: this backend''s deliveries written down by the worker and the time its polls waited (microseconds).';
+
 -- streams._start_position(function, after, since, from_tx) -> bigint
 -- Where a subscription starts: after => that position, since/from_tx as in
 -- replay, none => the current horizon. 22023 for more than one of them.

@@ -68,6 +68,20 @@ impl Segment {
     }
 }
 
+thread_local! {
+    /// This backend's deliveries written down, and the time its polls
+    /// waited for them (streams._delivery_waits).
+    static WAITS: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// `streams._delivery_waits()`: how many deliveries this backend's polls
+/// had written down, and how long they waited for the worker in all
+/// (microseconds): what counting attempts costs a consumer.
+#[pg_extern(sql = false)]
+fn _delivery_waits() -> TableIterator<'static, (name!(deliveries, i64), name!(waited_us, i64))> {
+    TableIterator::once(WAITS.with(|w| w.get()))
+}
+
 /// Have the worker write down that this backend gets the subscription's
 /// events in each of `ranges` (`(after, through]`), and wait until it
 /// committed. Raises when it cannot (55000), or on interrupts.
@@ -82,13 +96,18 @@ pub(super) fn record(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i6
         StreamsError::DeliveryNotRecorded { worker: false }.raise()
     };
     let sequence = mailbox.request(db.to_u32(), subscription, (pid, started), lease, ranges);
+    let asked = Instant::now();
     let mut without_worker: Option<Instant> = None;
     loop {
         // Reset first: an answer after the look below sets the latch again.
         // SAFETY: MyLatch is this backend's own latch.
         unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
         match mailbox.answer(sequence) {
-            DeliveryAnswer::Done => return,
+            DeliveryAnswer::Done => {
+                let waited = asked.elapsed().as_micros() as i64;
+                WAITS.with(|w| w.set((w.get().0 + 1, w.get().1 + waited)));
+                return;
+            }
             DeliveryAnswer::Failed => StreamsError::DeliveryNotRecorded { worker: true }.raise(),
             DeliveryAnswer::Pending => {}
         }
