@@ -341,7 +341,8 @@ fn keys_of(client: &mut SpiClient<'_>, sub: &Subscription, positions: &[i64]) ->
 }
 
 /// Move the position over the processed prefix and drop the key rows
-/// below it. Skipped while another transaction does it.
+/// below it (those no other transaction is writing). Skipped while another
+/// transaction does it.
 fn fold(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64) -> SpiResult<()> {
     let first = window(client, sub, 0, horizon, 1)?;
     let done_through = first.first().map_or(horizon, |(p, _)| p - 1);
@@ -350,9 +351,16 @@ fn fold(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64) -> SpiResu
         "WITH mine AS (
              SELECT s.id FROM streams.subscription_state s
              WHERE s.id = $1 AND s.position < $2 FOR NO KEY UPDATE SKIP LOCKED
-         ), folded AS (
-             DELETE FROM streams.subscription_keys k USING mine
+         ), below AS (
+             -- Rows another transaction's ack is writing stay for a later
+             -- fold (a row at or below the position is merely redundant):
+             -- waiting for them could deadlock with that ack.
+             SELECT k.key FROM streams.subscription_keys k, mine
              WHERE k.subscription = mine.id AND k.position <= $2
+             FOR UPDATE OF k SKIP LOCKED
+         ), folded AS (
+             DELETE FROM streams.subscription_keys k USING below
+             WHERE k.subscription = $1 AND k.key = below.key
          )
          UPDATE streams.subscription_state s SET position = $2, last_ack_at = pg_catalog.now()
          FROM mine WHERE s.id = mine.id",
