@@ -757,3 +757,76 @@ fn the_subscriptions_view_shows_retrying_and_parked_events() {
     assert_eq!(deliveries(&mut c, "st", 10), [at(p[1], 1)], "the subscription moved past it");
     c.batch_execute("ROLLBACK").unwrap();
 }
+
+// --- batches -----------------------------------------------------------------------
+
+/// In a batch, only the failing event uses up its attempts: the events
+/// after a nacked one come again after it, as attempts they had not used,
+/// so with max_attempts => 2 the nacked event is parked and the good ones
+/// after it are processed, never parked with it.
+#[test]
+fn a_nack_in_a_batch_uses_up_the_attempts_of_the_failing_event_alone() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    c.batch_execute(EFFECTS).unwrap();
+    c.batch_execute("SELECT streams.create_subscription('batch', 'orders', after => 0, max_attempts => 2)").unwrap();
+    let p = publish_events(&mut c, "orders", 3, 3);
+    for attempt in 1..=2 {
+        c.batch_execute("BEGIN").unwrap();
+        let got = deliveries(&mut c, "batch", 10);
+        assert_eq!(got[0], at(p[0], attempt), "the failing event, attempt {attempt}");
+        assert!(got[1..].iter().all(|d| d.attempt == 1), "the others were never tried: {got:?}");
+        c.batch_execute(&format!("SELECT streams.nack('batch', {}, retry_after => '0'); COMMIT", p[0])).unwrap();
+    }
+    assert_eq!(parked_attempts(&mut c, "batch"), [(p[0], 2)]);
+    c.batch_execute("BEGIN").unwrap();
+    let got = deliveries(&mut c, "batch", 10);
+    assert_eq!(got, [at(p[1], 1), at(p[2], 1)], "the good events come, as their first attempt");
+    for d in got {
+        c.batch_execute(&format!("INSERT INTO public.effects VALUES ({}, {})", d.position, d.attempt)).unwrap();
+    }
+    c.batch_execute(&format!("SELECT streams.ack('batch', {}); COMMIT", p[2])).unwrap();
+    assert_eq!(effects(&mut c), [(p[1], 1), (p[2], 1)]);
+    assert_eq!(parked_attempts(&mut c, "batch"), [(p[0], 2)], "nothing else parked");
+}
+
+/// A nacked event that is not the first of the next delivery (its
+/// transaction rolled back, the nack came after) is not handed out before
+/// its retry time with the events before it: the delivery stops before it.
+#[test]
+fn a_nacked_event_in_the_middle_of_a_batch_waits_for_its_retry_time() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    c.batch_execute("SELECT streams.create_subscription('middle', 'orders', after => 0)").unwrap();
+    let p = publish_events(&mut c, "orders", 3, 3);
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(deliveries(&mut c, "middle", 10).len(), 3);
+    c.batch_execute("ROLLBACK").unwrap();
+    c.batch_execute(&format!("SELECT streams.nack('middle', {}, retry_after => '1 hour')", p[1])).unwrap();
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(deliveries(&mut c, "middle", 10), [at(p[0], 2)], "the first event alone, not the nacked one");
+    c.batch_execute(&format!("SELECT streams.ack('middle', {}); COMMIT", p[0])).unwrap();
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(deliveries(&mut c, "middle", 10), NOTHING, "then the nacked one holds the subscription");
+    c.batch_execute("COMMIT").unwrap();
+}
+
+/// A dead letter discarded before any poll moved past it (parked by a nack
+/// at its last attempt) is not delivered again: the next poll skips it.
+#[test]
+fn a_dead_letter_discarded_before_the_subscription_moved_past_it_is_not_delivered_again() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    c.batch_execute("SELECT streams.create_subscription('early', 'orders', after => 0, max_attempts => 1)").unwrap();
+    let p = publish_events(&mut c, "orders", 2, 2);
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(deliveries(&mut c, "early", 1), [at(p[0], 1)]);
+    c.batch_execute(&format!("SELECT streams.nack('early', {}, reason => 'bad data'); COMMIT", p[0])).unwrap();
+    assert_eq!(parked_attempts(&mut c, "early"), [(p[0], 1)], "parked at its last attempt");
+    assert_eq!(value(&mut c, "SELECT streams.discard_dead_letter('early')").as_deref(), Some("1"));
+    assert_eq!(parked_attempts(&mut c, "early"), NO_DEAD_LETTERS, "gone from the dead letters");
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(deliveries(&mut c, "early", 10), [at(p[1], 1)], "the next event, never the discarded one");
+    c.batch_execute(&format!("SELECT streams.ack('early', {}); COMMIT", p[1])).unwrap();
+    assert_eq!(retries(&mut c, "early").parked, 0);
+}
