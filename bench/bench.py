@@ -37,9 +37,11 @@ rotating order (A B C, B C A, C A B), and reports medians:
      view and a raw ordered scan of a plain copy of the same rows.
   4. storage: bytes per event, streams tables vs bench_plain with the same rows.
   5. growth (LARGE=1): one log grown to 50M events, measured as it grows.
-  6. subscriptions: consume throughput of an ordered subscription vs replay()
-     pages with an own cursor table vs PgQ 3, competing consumers on an
-     unordered subscription, long-poll wake-up latency.
+  6. subscriptions: consume throughput of an ordered subscription (also
+     under leases) vs replay() pages with an own cursor table vs PgQ 3,
+     competing consumers on an unordered subscription, long-poll wake-up
+     latency, competing consumers of a subscription ordered per key, the
+     time polls wait for their deliveries to be written (attempt tracking).
   7. webhooks: events/s delivered to one local endpoint and to 10 at once
      (one event per request and up to 100), commit-to-request latency at
      1,000 events/s, alone and beside a webhook whose endpoint times out.

@@ -12,7 +12,7 @@ from common import DB, HERE, BenchError, fms, fx, info, say, verdict
 TARGETS = HERE / "targets.toml"
 # unit -> (how a figure is shown, the unit after a threshold)
 UNITS = {"x": (fx, "x"), "ms": (fms, " ms"), "us": (lambda x: f"{x:.1f} µs", " µs"),
-         "eps": (lambda x: f"{x:,.0f} events/s", " events/s")}
+         "eps": (lambda x: f"{x:,.0f} events/s", " events/s"), "pct": (lambda x: f"{x:.1f}%", "%")}
 
 
 def load_results(path):
@@ -30,7 +30,8 @@ def load_targets(path=TARGETS):
         targets = tomllib.load(f)["target"]
     for t in targets:
         if t["unit"] not in UNITS and t["unit"] != "yes" or (t["unit"] != "yes" and ("min" in t) == ("max" in t)):
-            raise BenchError(f"{path.name}: target {t['id']}: a unit of x, ms, us, eps or yes, and one of min or max")
+            raise BenchError(f"{path.name}: target {t['id']}: a unit of {', '.join(UNITS)} or yes, "
+                             "and one of min or max")
     return targets
 
 
