@@ -89,9 +89,13 @@ CREATE TABLE streams.subscription_keys (
 -- streams._event_key(key_path, stream, data) -> text
 -- The key of an event for a subscription ordered per key: the stream for
 -- '{$stream}', else the text at that path of data ('' when it has none).
+-- No SET clause, so that the planner inlines it into the queries that scan
+-- events; every operator and type is qualified instead (its body is parsed
+-- where it is inlined, under the caller's search_path).
 CREATE FUNCTION streams._event_key(key_path text[], stream text, data jsonb) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE WHEN key_path = '{$stream}' THEN stream ELSE coalesce(data #>> key_path, '') END
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN key_path OPERATOR(pg_catalog.=) '{$stream}'::pg_catalog.text[] THEN stream
+                ELSE coalesce(data OPERATOR(pg_catalog.#>>) key_path, ''::pg_catalog.text) END
 $$;
 
 -- Events that failed: nacked (retry_at: not delivered again before) or

@@ -286,10 +286,42 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
         if failures == 0 && entry.wake.load(Ordering::SeqCst) {
             wait = Duration::ZERO;
         }
-        if !wait.is_zero() && !BackgroundWorker::wait_latch(Some(wait)) {
+        if !wait.is_zero() && !wait_serving_deliveries(entry, db, wait) {
             // SAFETY: SIGTERM or postmaster death (wait_latch false), between rounds and outside
             // any transaction; proc_exit never returns and runs detach through before_shmem_exit.
             unsafe { pg_sys::proc_exit(1) };
+        }
+    }
+}
+
+/// Wait up to `wait` for a reason to run a round, writing down the
+/// deliveries pollers ask for meanwhile: a poll wakes the worker for its
+/// delivery alone, and a round after each would make the next poll wait
+/// for it. False on SIGTERM or the postmaster's death.
+fn wait_serving_deliveries(entry: &DbEntry, db: pg_sys::Oid, wait: Duration) -> bool {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        if !BackgroundWorker::wait_latch(Some(left)) {
+            return false;
+        }
+        if !entry.deliveries_wanted.load(Ordering::Acquire) {
+            return true; // a commit, a signal, a webhook: what the loop looks at
+        }
+        serve_deliveries(db, entry);
+        if BackgroundWorker::sighup_received() {
+            // SAFETY: as in serve: outside any transaction.
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        if entry.wake.load(Ordering::SeqCst)
+            || entry.stop.load(Ordering::Acquire)
+            || entry.webhooks_wanted.load(Ordering::Acquire)
+            || shutdown_requested()
+        {
+            return true;
         }
     }
 }

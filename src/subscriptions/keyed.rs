@@ -40,8 +40,8 @@ use litebase_streams_core::keys::key_hash;
 /// the delivery the worker writes down).
 pub(super) const MAX_RUNS: usize = DELIVERY_RANGES;
 
-/// The subscription's unprocessed events after `after` (and its position)
-/// up to `upto`, with their keys: at most `limit`, in order.
+/// The subscription's unprocessed events after `after` (its position) up
+/// to `upto`, with their keys: at most `limit`, in order.
 fn window(
     client: &mut SpiClient<'_>,
     sub: &Subscription,
@@ -50,14 +50,17 @@ fn window(
     limit: i64,
 ) -> SpiResult<Vec<(i64, String)>> {
     let (filter, values) = sub.selector.sql_condition("e.stream", 6);
+    // In position order from `after` (the position, read just before: a
+    // fold committed in between only makes some events look unprocessed,
+    // and a poll checks each key's first one again after locking it), so
+    // that the scan stops at the limit.
     let sql = format!(
         "SELECT e.position, streams._event_key($5, e.stream, e.data)
          FROM streams.event_log e
-         CROSS JOIN (SELECT s.position AS low FROM streams.subscription_state s WHERE s.id = $4) s
-         LEFT JOIN streams.subscription_keys k
-                ON k.subscription = $4 AND k.key = streams._event_key($5, e.stream, e.data)
-         WHERE e.position > GREATEST($1, s.low) AND e.position <= $2 {filter}
-           AND (k.position IS NULL OR e.position > k.position)
+         WHERE e.position > $1 AND e.position <= $2 {filter}
+           AND NOT EXISTS (SELECT FROM streams.subscription_keys k
+                           WHERE k.subscription = $4 AND k.key = streams._event_key($5, e.stream, e.data)
+                             AND k.position >= e.position)
          ORDER BY e.position LIMIT $3"
     );
     let key_path = sub.key_path.clone().unwrap_or_default();
@@ -131,7 +134,7 @@ fn heads(
 }
 
 /// The events of `key` at or below `position` are processed (or settled
-/// as dead letters skipped), in the calling transaction.
+/// as dead letters skipped, or discarded), in the calling transaction.
 fn processed_through(client: &mut SpiClient<'_>, sub: i32, key: &str, position: i64) -> SpiResult<()> {
     let args: [DatumWithOid; 3] = [sub.into(), key.into(), position.into()];
     client.update_kept(
@@ -180,7 +183,8 @@ pub(super) fn poll(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64,
             return Ok(Polled { ranges: vec![(position - 1, 1, position)], ..Polled::default() });
         }
     }
-    let window = window(client, sub, 0, horizon, (max * 4).clamp(256, 10_000))?;
+    let position = super::poll::read_position(client, sub.id)?;
+    let window = window(client, sub, position, horizon, (max * 4).clamp(256, 10_000))?;
     // Pass 1: the keys this poll may claim, in window order.
     let mut candidates: Vec<String> = Vec::new();
     let mut locked_here: Vec<u32> = Vec::new();
@@ -212,11 +216,13 @@ pub(super) fn poll(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64,
             refused.push(key.clone());
         }
     }
-    // Each candidate's first unprocessed event, seen after its lock.
+    // Each candidate's first unprocessed event, seen after its lock: only
+    // the window's events can be claimed, so only the window is searched.
+    let window_last = window.last().map_or(horizon, |w| w.0);
     let mut verdicts: HashMap<String, Verdict> = HashMap::new();
     let mut due_in = None;
     let mut wrote = false;
-    let mut heads = heads(client, sub, &candidates, horizon)?;
+    let mut heads = heads(client, sub, &candidates, window_last)?;
     for key in &candidates {
         let mut head = heads.remove(key);
         let verdict = loop {
@@ -240,7 +246,7 @@ pub(super) fn poll(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64,
                     }
                     processed_through(client, sub.id, key, position)?;
                     wrote = true;
-                    head = self::heads(client, sub, std::slice::from_ref(key), horizon)?.remove(key);
+                    head = self::heads(client, sub, std::slice::from_ref(key), window_last)?.remove(key);
                 }
             }
         };
@@ -293,36 +299,69 @@ pub(super) fn poll(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64,
 
 /// `ack(through)` of a subscription ordered per key: the claimed events up
 /// to `through` are processed, except, per key, from the first one this
-/// transaction nacked on. Returns nothing; settles attempts and failures.
+/// transaction nacked on; then the position moves over the processed prefix.
 pub(super) fn ack(client: &mut SpiClient<'_>, sub: &Subscription, through: i64, horizon: i64) -> SpiResult<()> {
-    let claimed: Vec<i64> =
+    let mut claimed: Vec<i64> =
         claims::of(sub.id).iter().filter(|c| matches!(c.key, Key::Keyed(_))).map(|c| c.high).collect();
+    claimed.sort_unstable();
+    claimed.dedup();
     let nacked = claims::nacked(sub.id);
     let mut positions: Vec<i64> = claimed.iter().copied().filter(|&p| p <= through).collect();
     positions.extend(nacked.iter().copied());
     positions.sort_unstable();
     positions.dedup();
-    let keys = keys_of(client, sub, &positions)?;
     // Per key, in position order: processed until the first nacked event.
-    let mut stopped: Vec<&str> = Vec::new();
-    let mut last_processed: HashMap<&str, i64> = HashMap::new();
-    let mut unprocessed: Vec<i64> = Vec::new();
-    for (position, key) in &keys {
-        if stopped.contains(&key.as_str()) || nacked.contains(position) || *position > through {
+    let mut stopped: Vec<String> = Vec::new();
+    let mut last_processed: HashMap<String, i64> = HashMap::new();
+    let mut processed: Vec<i64> = Vec::with_capacity(positions.len());
+    for (position, key) in keys_of(client, sub, &positions)? {
+        if stopped.contains(&key) || nacked.contains(&position) || position > through {
             stopped.push(key);
-            unprocessed.push(*position);
             continue;
         }
-        last_processed.insert(key, *position);
+        processed.push(position);
+        last_processed.insert(key, position);
     }
-    for (key, position) in &last_processed {
-        processed_through(client, sub.id, key, *position)?;
-    }
-    for claim in claims::of(sub.id).iter().filter(|c| matches!(c.key, Key::Keyed(_)) && c.high <= through) {
-        super::attempts::settle(client, sub.id, claim.low, claim.high, &unprocessed)?;
-        failures::forget(client, sub.id, claim.low, claim.high, &unprocessed)?;
-    }
+    let (keys, lasts): (Vec<String>, Vec<i64>) = last_processed.into_iter().unzip();
+    let args: [DatumWithOid; 3] = [sub.id.into(), keys.into(), lasts.into()];
+    client.update_kept(
+        "INSERT INTO streams.subscription_keys AS k (subscription, key, position)
+         SELECT $1, u.key, u.position FROM ROWS FROM (pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::bigint[]))
+              AS u(key, position)
+         ON CONFLICT (subscription, key) DO UPDATE SET position = GREATEST(k.position, excluded.position)",
+        None,
+        &args,
+    )?;
+    // Each processed event's attempts and failures are settled. The claims
+    // are single events, merged here into runs of consecutive positions:
+    // the worker wrote each run down as segments inside it.
+    let runs = runs_of(&processed);
+    let (lows, highs): (Vec<i64>, Vec<i64>) = runs.iter().copied().unzip();
+    let args: [DatumWithOid; 4] = [sub.id.into(), lows.into(), highs.into(), processed.clone().into()];
+    client.update_kept(
+        "WITH settled AS (
+             DELETE FROM streams.subscription_deliveries d
+             USING ROWS FROM (pg_catalog.unnest($2::bigint[]), pg_catalog.unnest($3::bigint[])) AS r(low, high)
+             WHERE d.subscription = $1 AND d.low >= r.low AND d.high <= r.high
+         )
+         DELETE FROM streams.subscription_failures f
+         WHERE f.subscription = $1 AND f.parked_at IS NULL AND f.position = ANY ($4::bigint[])",
+        None,
+        &args,
+    )?;
     fold(client, sub, horizon)
+}
+
+/// `(after, through]` runs of consecutive positions (sorted input).
+fn runs_of(positions: &[i64]) -> Vec<(i64, i64)> {
+    let mut runs: Vec<(i64, i64)> = Vec::new();
+    for &position in positions {
+        match runs.last_mut() {
+            Some(run) if run.1 + 1 == position => run.1 = position,
+            _ => runs.push((position - 1, position)),
+        }
+    }
+    runs
 }
 
 /// The keys of the events at `positions`, in position order.
@@ -344,7 +383,8 @@ fn keys_of(client: &mut SpiClient<'_>, sub: &Subscription, positions: &[i64]) ->
 /// below it (those no other transaction is writing). Skipped while another
 /// transaction does it.
 fn fold(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64) -> SpiResult<()> {
-    let first = window(client, sub, 0, horizon, 1)?;
+    let position = super::poll::read_position(client, sub.id)?;
+    let first = window(client, sub, position, horizon, 1)?;
     let done_through = first.first().map_or(horizon, |(p, _)| p - 1);
     let args: [DatumWithOid; 2] = [sub.id.into(), done_through.into()];
     client.update_kept(

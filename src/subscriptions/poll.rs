@@ -376,7 +376,7 @@ fn events_query<'a>(
 }
 
 /// The position as committed now (a dropped subscription: raise).
-fn read_position(client: &mut SpiClient<'_>, id: i32) -> SpiResult<i64> {
+pub(super) fn read_position(client: &mut SpiClient<'_>, id: i32) -> SpiResult<i64> {
     let rows = with_latest_snapshot(|| {
         client.select_kept("SELECT s.position FROM streams.subscription_state s WHERE s.id = $1", None, &[id.into()])
     })?;
