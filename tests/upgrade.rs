@@ -807,4 +807,19 @@ fn update_under_publish_replay_listen_and_consumers_fails_no_one() {
     let log = std::fs::read(&log_path).unwrap();
     let during = String::from_utf8_lossy(&log[log_before as usize..]);
     assert!(!during.contains("restored from another cluster"), "the worker took the update for a restore");
+
+    // The subscription made at 0.2.0 goes on from its position after the
+    // update, and counts attempts now: its next event, rolled back, comes
+    // again as attempt 2.
+    let next = publish(&mut c, "orders", r#"{"after": "update"}"#);
+    wait_for_horizon(&mut c, next);
+    let first_pending = stored.get(consumed.len()).copied().unwrap_or(next);
+    let mut attempts = Vec::new();
+    for _ in 0..2 {
+        c.batch_execute("BEGIN").unwrap();
+        let row = c.query_one("SELECT position, attempt FROM streams.poll('upgrade_consumer', 1)", &[]).unwrap();
+        attempts.push((row.get::<_, i64>(0), row.get::<_, i32>(1)));
+        c.batch_execute("ROLLBACK").unwrap();
+    }
+    assert_eq!(attempts, [(first_pending, 1), (first_pending, 2)], "the first event not consumed, attempt 1 then 2");
 }
