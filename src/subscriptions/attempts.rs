@@ -25,7 +25,7 @@ use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
 use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiResult};
 
-use super::poll::with_latest_snapshot;
+use super::reads::with_latest_snapshot;
 use crate::error::{OrRaise, StreamsError};
 use crate::shmem::{self, DeliveryAnswer, DeliveryRequest};
 

@@ -30,7 +30,8 @@ use pgrx::spi::{SpiClient, SpiResult};
 
 use super::claims::{self, Hold, Key};
 use super::failures::{self, Head};
-use super::poll::{with_latest_snapshot, Polled};
+use super::poll::Polled;
+use super::reads::with_latest_snapshot;
 use super::Subscription;
 use crate::error::StreamsError;
 use crate::shmem::DELIVERY_RANGES;
@@ -183,7 +184,7 @@ pub(super) fn poll(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64,
             return Ok(Polled { ranges: vec![(position - 1, 1, position)], ..Polled::default() });
         }
     }
-    let position = super::poll::read_position(client, sub.id)?;
+    let position = super::reads::read_position(client, sub.id)?;
     let window = window(client, sub, position, horizon, (max * 4).clamp(256, 10_000))?;
     // Pass 1: the keys this poll may claim, in window order.
     let mut candidates: Vec<String> = Vec::new();
@@ -383,7 +384,7 @@ fn keys_of(client: &mut SpiClient<'_>, sub: &Subscription, positions: &[i64]) ->
 /// below it (those no other transaction is writing). Skipped while another
 /// transaction does it.
 fn fold(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64) -> SpiResult<()> {
-    let position = super::poll::read_position(client, sub.id)?;
+    let position = super::reads::read_position(client, sub.id)?;
     let first = window(client, sub, position, horizon, 1)?;
     let done_through = first.first().map_or(horizon, |(p, _)| p - 1);
     let args: [DatumWithOid; 2] = [sub.id.into(), done_through.into()];

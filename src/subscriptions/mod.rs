@@ -23,6 +23,13 @@
 //! snapshot taken after it got the lock, so it sees every ack of the
 //! previous holder.
 //!
+//! The modules, from the bottom up: `reads` (fresh snapshots), `claims`
+//! (the locks and what this transaction claimed), `attempts` (deliveries
+//! written down by the worker, per event), `failures` (nacked and parked
+//! events), `poll` (ordered and unordered polls), `keyed` (order per key),
+//! `leases`, `settling` (nack and the dead-letter functions), `wait` (long
+//! polls); this file has the SQL entry points that create, poll and ack.
+//!
 //! The functions are not SECURITY DEFINER: they check the caller (a member
 //! of the subscription's owner, and its read privilege on every stream the
 //! pattern selects) and then read and write the tables as the extension's
@@ -34,6 +41,8 @@ mod failures;
 mod keyed;
 mod leases;
 mod poll;
+mod reads;
+mod settling;
 pub mod wait;
 
 use std::time::Duration;
@@ -47,7 +56,8 @@ use crate::error::{OrRaise, SpiContext, StreamsError};
 use crate::{log::privileges, log::publish};
 use claims::Key;
 use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
-use poll::{fold_finished_chunks, poll_ordered, poll_unordered, with_attempts, with_latest_snapshot, Polled};
+use poll::{fold_finished_chunks, poll_ordered, poll_unordered, with_attempts, Polled};
+use reads::with_latest_snapshot;
 use wait::{horizon_seen_by_transaction, isolation_is_snapshot, wait_duration};
 
 /// The most events one poll returns.

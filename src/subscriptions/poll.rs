@@ -4,13 +4,13 @@
 
 use crate::log::kept_plan::KeptStatements;
 use pgrx::datum::DatumWithOid;
-use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiResult};
 
 use std::time::Duration;
 
 use super::claims::{self, Hold, Key, CHUNK_WIDTH};
 use super::failures::{self, Head};
+use super::reads::{read_position, with_latest_snapshot};
 use super::{attempts, wait};
 use super::{Subscription, MAX_CHUNKS_PER_POLL};
 use crate::error::StreamsError;
@@ -375,17 +375,6 @@ fn events_query<'a>(
     (sql, args)
 }
 
-/// The position as committed now (a dropped subscription: raise).
-pub(super) fn read_position(client: &mut SpiClient<'_>, id: i32) -> SpiResult<i64> {
-    let rows = with_latest_snapshot(|| {
-        client.select_kept("SELECT s.position FROM streams.subscription_state s WHERE s.id = $1", None, &[id.into()])
-    })?;
-    if rows.is_empty() {
-        StreamsError::UnknownSubscription(format!("(id {id})")).raise();
-    }
-    Ok(rows.first().get::<i64>(1)?.unwrap_or(0))
-}
-
 /// How far the chunk's events are processed: its progress row, or the
 /// position. Both from one snapshot: a concurrent fold moves the position
 /// over the chunk and deletes its row in one transaction.
@@ -403,13 +392,4 @@ fn processed_through(client: &mut SpiClient<'_>, id: i32, chunk: i64) -> SpiResu
         }
         Ok(rows.first().get::<i64>(1)?.unwrap_or(0))
     })
-}
-
-/// Run reads with a snapshot taken now, not the calling statement's: after
-/// taking a claim's lock, the last holder's ack must be seen. (Once the
-/// transaction has written, SPI takes a fresh snapshot per statement under
-/// read committed anyway; unordered polls refuse snapshot isolation.)
-pub(super) fn with_latest_snapshot<R>(body: impl FnOnce() -> R) -> R {
-    // SAFETY: a plain call that returns a snapshot owned by the snapshot manager.
-    wait::with_active_snapshot(unsafe { pg_sys::GetLatestSnapshot() }, body)
 }
