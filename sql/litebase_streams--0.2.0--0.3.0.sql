@@ -278,16 +278,29 @@ CREATE TABLE streams.subscription_keys (
     PRIMARY KEY (subscription, key)
 );
 
+-- streams._bounded_key(key) -> text
+-- A key as subscriptions keep it: itself up to 200 bytes, else 'sha256:'
+-- and its digest, so that a publisher's huge key can neither exceed an
+-- index entry nor fill a poll's memory.
+CREATE FUNCTION streams._bounded_key(key text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN pg_catalog.octet_length(key) OPERATOR(pg_catalog.<=) 200 THEN key
+                ELSE 'sha256:'::pg_catalog.text OPERATOR(pg_catalog.||)
+                     pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(key, 'UTF8'::pg_catalog.name)),
+                                       'hex'::pg_catalog.text) END
+$$;
+
 -- streams._event_key(key_path, stream, data) -> text
 -- The key of an event for a subscription ordered per key: the stream for
--- '{$stream}', else the text at that path of data ('' when it has none).
--- No SET clause, so that the planner inlines it into the queries that scan
--- events; every operator and type is qualified instead (its body is parsed
--- where it is inlined, under the caller's search_path).
+-- '{$stream}', else the text at that path of data ('' when it has none),
+-- bounded. No SET clause, so that the planner inlines it into the queries
+-- that scan events; every operator, function and type is qualified instead
+-- (its body is parsed where it is inlined, under the caller's search_path).
 CREATE FUNCTION streams._event_key(key_path text[], stream text, data jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN key_path OPERATOR(pg_catalog.=) '{$stream}'::pg_catalog.text[] THEN stream
-                ELSE coalesce(data OPERATOR(pg_catalog.#>>) key_path, ''::pg_catalog.text) END
+    SELECT streams._bounded_key(
+        CASE WHEN key_path OPERATOR(pg_catalog.=) '{$stream}'::pg_catalog.text[] THEN stream
+             ELSE coalesce(data OPERATOR(pg_catalog.#>>) key_path, ''::pg_catalog.text) END)
 $$;
 
 -- Events that failed: nacked (retry_at: not delivered again before) or
@@ -538,6 +551,7 @@ COMMENT ON FUNCTION streams._claim(text, integer, interval, interval) IS 'Intern
 COMMENT ON FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean) IS 'Create a durable, named subscription to a stream, ''prefix.*'' or ''*''; ordered in one sequence, per key, or not; max_attempts and backoff for failing events.';
 COMMENT ON TABLE streams.subscription_keys IS 'Subscriptions ordered per key: the last processed event of each key above the position.';
 COMMENT ON FUNCTION streams._event_key(text[], text, jsonb) IS 'Internal: an event''s key for a subscription ordered per key.';
+COMMENT ON FUNCTION streams._bounded_key(text) IS 'Internal: a key up to 200 bytes, else its SHA-256 digest.';
 COMMENT ON COLUMN streams.subscription_state.key IS 'Ordered per key: the key as given (a path into data, or ''$stream''); NULL otherwise.';
 COMMENT ON COLUMN streams.subscription_state.on_dead_letter IS 'Ordered per key: whether a dead letter holds its key''s later events (hold) or not (skip).';
 COMMENT ON FUNCTION streams.alter_subscription(text, integer, interval, interval, boolean) IS 'Change a subscription''s max_attempts and backoff.';
@@ -562,7 +576,7 @@ REVOKE EXECUTE ON FUNCTION streams._delivery_waits() FROM PUBLIC;
 REVOKE ALL ON streams.subscription_deliveries, streams.subscription_failures, streams.subscription_keys FROM PUBLIC;
 -- streams.subscriptions calls it, and a view's functions are checked
 -- against the querying role; it reads nothing but its arguments.
-GRANT EXECUTE ON FUNCTION streams._event_key(text[], text, jsonb) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION streams._event_key(text[], text, jsonb), streams._bounded_key(text) TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION
     streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean),
     streams.alter_subscription(text, integer, interval, interval, boolean),

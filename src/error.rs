@@ -99,6 +99,8 @@ pub enum StreamsError {
     BackoffOrder,
     /// An ack, nack or extend_lease of a lease that expired or was taken over.
     LeaseGone { subscription: String, lease: i64 },
+    /// LOCK of a relation of schema streams by a role that does not own it.
+    LockReserved(String),
     /// key => ... with ordered => false.
     KeyNeedsOrdered,
     /// A key that is not '$stream' or a path into data.
@@ -385,6 +387,14 @@ impl StreamsError {
             .hint(
                 "Its events are delivered again, with the next attempt number, to the next poll. Poll with a longer \
                  lease, or keep it with streams.extend_lease before it expires.",
+            ),
+            StreamsError::LockReserved(relation) => described(
+                ERRCODE_INSUFFICIENT_PRIVILEGE,
+                format!("permission denied to lock streams.{relation}: only its owner may lock it"),
+            )
+            .hint(
+                "The extension's relations are locked by its own functions as they need; a role with \
+                 pg_write_all_data may write to tables, not hold the log.",
             ),
             StreamsError::KeyNeedsOrdered => described(
                 ERRCODE_INVALID_PARAMETER_VALUE,

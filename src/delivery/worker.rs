@@ -337,15 +337,34 @@ fn serve_deliveries(db: pg_sys::Oid, entry: &DbEntry) {
     if requests.is_empty() {
         return;
     }
-    match attempt(|| crate::subscriptions::attempts::write_requests(&requests)) {
-        Ok(Ok(())) => shmem::answer_deliveries(&requests, true),
-        Ok(Err(error)) => {
-            warning!("litebase_streams worker: writing down {} deliveries failed: {error}", requests.len());
-            shmem::answer_deliveries(&requests, false);
+    if write_deliveries(&requests) {
+        shmem::answer_deliveries(&requests, true);
+    } else if requests.len() > 1 {
+        // One request's failure (a lock another transaction holds, say)
+        // must not fail every poller waiting with it: each alone.
+        for request in &requests {
+            let one = std::slice::from_ref(request);
+            shmem::answer_deliveries(one, write_deliveries(one));
         }
+    } else {
+        shmem::answer_deliveries(&requests, false);
+    }
+}
+
+/// Write `requests` down in one transaction: whether it committed (a
+/// failure is logged).
+fn write_deliveries(requests: &[shmem::DeliveryRequest]) -> bool {
+    let written = attempt(|| {
+        if let Err(error) = crate::subscriptions::attempts::write_requests(requests) {
+            // Raised, so that the transaction rolls back whatever it wrote.
+            crate::error::StreamsError::Spi { doing: "writing down deliveries", error: error.to_string() }.raise();
+        }
+    });
+    match written {
+        Ok(()) => true,
         Err(failure) => {
             warn_failed("writing down deliveries", &failure, Duration::ZERO);
-            shmem::answer_deliveries(&requests, false);
+            false
         }
     }
 }

@@ -1,9 +1,16 @@
 //! The ProcessUtility hook: gets a database's workers out of the way of
 //! `DROP DATABASE`, which refuses to drop a database anyone is connected to,
-//! and frees the database's shared entry once it is gone.
+//! and frees the database's shared entry once it is gone; and refuses `LOCK`
+//! of the extension's relations to roles that do not own them.
 //!
 //! Every other statement passes straight to the next hook, through a frame
 //! that holds nothing to drop and converts no errors.
+//!
+//! Why LOCK: it needs only UPDATE or DELETE on a table, and
+//! pg_write_all_data grants those on every table, row-level security or
+//! not. `LOCK TABLE streams.event_log IN ACCESS EXCLUSIVE MODE` held open
+//! would stall every publisher, reader, consumer and the worker. Nobody but
+//! the extension's owner (its update scripts) has a reason to lock them.
 //!
 //! The worker is stopped only for a caller who may drop the database (its
 //! owner or a superuser), so a role that may not cannot stop anyone's
@@ -60,6 +67,15 @@ impl Call {
         }
     }
 
+    /// Whether this is a LOCK statement.
+    ///
+    /// # Safety
+    /// SAFETY: as in dropped_database.
+    unsafe fn is_lock(self) -> bool {
+        let stmt = (*self.pstmt).utilityStmt;
+        !stmt.is_null() && (*stmt).type_ == pg_sys::NodeTag::T_LockStmt
+    }
+
     /// The database a DROP DATABASE names, if this is one and it exists.
     ///
     /// # Safety
@@ -92,9 +108,46 @@ unsafe extern "C-unwind" fn process_utility(
     qc: *mut pg_sys::QueryCompletion,
 ) {
     let call = Call { pstmt, query, read_only_tree, context, params, query_env, dest, qc };
+    if call.is_lock() {
+        refuse_locks_of_streams(&call);
+    }
     match call.dropped_database() {
         Some(db) => drop_database(&call, db),
         None => call.next(),
+    }
+}
+
+/// 42501 when a LOCK names a relation of schema `streams` that the caller
+/// does not own (superusers own everything).
+///
+/// # Safety
+/// SAFETY: `call` points at process_utility's `Call`, whose statement is a LockStmt; #[pg_guard]
+/// turns any panic into an ERROR before it reaches PostgreSQL.
+#[pg_guard]
+unsafe extern "C-unwind" fn refuse_locks_of_streams(call: *const Call) {
+    let stmt = (*(*call).pstmt).utilityStmt as *mut pg_sys::LockStmt;
+    let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), true);
+    if schema == pg_sys::InvalidOid {
+        return;
+    }
+    let relations = pgrx::PgList::<pg_sys::RangeVar>::from_pg((*stmt).relations);
+    for relation in relations.iter_ptr() {
+        // Looked up without a lock: a name that resolves to nothing, or to
+        // another schema's relation, is LOCK's own business.
+        let relid = pg_sys::RangeVarGetRelidExtended(
+            relation,
+            pg_sys::NoLock as pg_sys::LOCKMODE,
+            pg_sys::RVROption::RVR_MISSING_OK,
+            None,
+            std::ptr::null_mut(),
+        );
+        if relid == pg_sys::InvalidOid || pg_sys::get_rel_namespace(relid) != schema {
+            continue;
+        }
+        if !pg_sys::pg_class_ownercheck(relid, pg_sys::GetUserId()) {
+            let name = std::ffi::CStr::from_ptr((*relation).relname).to_string_lossy().into_owned();
+            crate::error::StreamsError::LockReserved(name).raise();
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Hooks into PostgreSQL's own commands.
 //!
 //! * `drop_database`: the ProcessUtility hook that gets a database's workers
-//!   out of the way of `DROP DATABASE`.
+//!   out of the way of `DROP DATABASE`, and refuses `LOCK` of the
+//!   extension's relations to roles that do not own them.
 
 pub mod drop_database;

@@ -335,8 +335,18 @@ pub(super) fn ack(client: &mut SpiClient<'_>, sub: &Subscription, through: i64, 
     )?;
     // Each processed event's attempts and failures are settled. The claims
     // are single events, merged here into runs of consecutive positions:
-    // the worker wrote each run down as segments inside it.
-    let runs = runs_of(&processed);
+    // the worker wrote each delivered run down as segments inside it. A run
+    // of processed events only goes at once; one with an event that stays
+    // (nacked, or after a nacked one of its key) is cut around it.
+    let unprocessed: Vec<i64> = claimed.iter().copied().filter(|p| processed.binary_search(p).is_err()).collect();
+    let mut runs = Vec::new();
+    for run in runs_of(&claimed) {
+        if unprocessed.iter().any(|&p| p > run.0 && p <= run.1) {
+            super::attempts::settle(client, sub.id, run.0, run.1, &unprocessed)?;
+        } else {
+            runs.push(run);
+        }
+    }
     let (lows, highs): (Vec<i64>, Vec<i64>) = runs.iter().copied().unzip();
     let args: [DatumWithOid; 4] = [sub.id.into(), lows.into(), highs.into(), processed.clone().into()];
     client.update_kept(
