@@ -1,0 +1,123 @@
+#![cfg(feature = "integration")]
+//! Hostile-user findings against the issue 24 subscriptions (attempts,
+//! nack, dead letters, leases, order per key), each held by a test that
+//! fails until it is fixed:
+//!
+//! * a role with pg_write_all_data takes `LOCK TABLE` on the extension's
+//!   subscription tables (LOCK needs only UPDATE or DELETE, which that role
+//!   has on every table; row-level security does not apply to LOCK) and
+//!   stalls every other role's poll for as long as it likes;
+//! * a publisher of a stream poisons another role's subscription ordered
+//!   per key with one event whose key is longer than a btree entry: every
+//!   ack of a poll that returned it fails, so the events of the other keys
+//!   polled with it use up their attempts and are parked as dead letters,
+//!   and `discard_dead_letter` cannot remove it either.
+
+mod common;
+
+use common::subscriptions::*;
+use common::*;
+use postgres::Client;
+
+/// A subscription owner and a stranger who may read and publish `orders`.
+fn two_roles(db: &TestDb) -> (TestRole, TestRole, Client) {
+    let (consumer, publisher) = (TestRole::new(db, "consumer", ""), TestRole::new(db, "publisher", ""));
+    let mut owner = db.connect();
+    owner
+        .batch_execute(&format!(
+            "SELECT streams.grant('read', 'orders', '{0}');
+             SELECT streams.grant('read', 'orders', '{1}'), streams.grant('publish', 'orders', '{1}')",
+            consumer.name, publisher.name
+        ))
+        .unwrap();
+    (consumer, publisher, owner)
+}
+
+/// pg_write_all_data passes LOCK TABLE's privilege check on every table, row
+/// security or not. An ACCESS EXCLUSIVE lock on subscription_deliveries
+/// (or subscription_state, subscription_failures, event_log, ...) held in
+/// an idle transaction made every poll of every other role wait for it:
+/// here a poll with statement_timeout 3s was cancelled. The lock must be
+/// refused, or must not keep others' polls waiting.
+#[test]
+fn pg_write_all_data_cannot_stall_another_roles_poll_with_lock_table() {
+    let db = TestDb::new();
+    let (consumer, _publisher, mut owner) = two_roles(&db);
+    let writer = TestRole::new(&db, "all_data", "");
+    admin().batch_execute(&format!("GRANT pg_read_all_data, pg_write_all_data TO {}", writer.name)).unwrap();
+    let mut c = db.connect_as(&consumer.name);
+    c.batch_execute("SELECT streams.create_subscription('victim', 'orders', after => 0, max_attempts => 5)")
+        .unwrap();
+    let p = publish_events(&mut owner, "orders", 3, 3);
+
+    for table in ["subscription_deliveries", "subscription_failures", "subscription_state", "subscription_keys"] {
+        let mut w = db.connect_as(&writer.name);
+        w.batch_execute("BEGIN").unwrap();
+        let locked = w.batch_execute(&format!("LOCK TABLE streams.{table} IN ACCESS EXCLUSIVE MODE"));
+        if locked.is_err() {
+            continue; // refused: what the fix may do
+        }
+        c.batch_execute("SET statement_timeout = '3s'; BEGIN").unwrap();
+        let polled = try_poll(&mut c, "victim", 10);
+        c.batch_execute("ROLLBACK; RESET statement_timeout").unwrap();
+        w.batch_execute("ROLLBACK").unwrap();
+        let polled = polled.unwrap_or_else(|e| {
+            panic!("a pg_write_all_data role's LOCK TABLE streams.{table} stalled another role's poll: {} {:?}", sqlstate(&e), e.as_db_error().map(|d| d.message().to_owned()))
+        });
+        assert_eq!(polled, p, "the poll returned the events despite the lock on {table}");
+    }
+}
+
+/// A publisher of `orders` published a key of 6400 bytes between two
+/// ordinary events of another role's subscription ordered per key. Every
+/// ack of the poll that returned the three failed with 54000 (index row
+/// size exceeds btree maximum, subscription_keys_pkey), so the two
+/// innocent events used up their attempts with it and became dead letters;
+/// discarding the poisoned one failed the same way. A key must be stored in
+/// a bounded form (a digest), or refused at publish time for keyed use.
+#[test]
+fn a_huge_key_does_not_poison_the_other_keys_of_a_keyed_subscription() {
+    let db = TestDb::new();
+    let (consumer, publisher, _owner) = two_roles(&db);
+    let mut c = db.connect_as(&consumer.name);
+    c.batch_execute("SELECT streams.create_subscription('keyed', 'orders', key => 'id', max_attempts => 2)")
+        .unwrap();
+    let mut p = db.connect_as(&publisher.name);
+    // Incompressible (a compressible key would fit the index after pglz).
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let huge: String = (0..400)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            format!("{x:016x}")
+        })
+        .collect();
+    let first = publish(&mut p, "orders", r#"{"id": "a"}"#);
+    let poison = publish(&mut p, "orders", &format!(r#"{{"id": "{huge}"}}"#));
+    let last = publish(&mut p, "orders", r#"{"id": "b"}"#);
+    wait_for_horizon(&mut p, last);
+
+    c.batch_execute("BEGIN").unwrap();
+    let got = poll(&mut c, "keyed", 10);
+    assert_eq!(got, [first, poison, last]);
+    let acked = try_ack(&mut c, "keyed", last);
+    c.batch_execute("ROLLBACK").unwrap();
+    if let Err(e) = acked {
+        // Show the damage: the innocent events become dead letters too.
+        c.batch_execute("BEGIN").unwrap();
+        let _ = poll(&mut c, "keyed", 10);
+        let _ = try_ack(&mut c, "keyed", last);
+        c.batch_execute("ROLLBACK; BEGIN").unwrap();
+        let _ = try_poll(&mut c, "keyed", 10);
+        c.batch_execute("COMMIT").unwrap();
+        let parked = event_positions(&mut c, "SELECT position FROM streams.dead_letters ORDER BY position");
+        let discard = c.batch_execute(&format!("SELECT streams.discard_dead_letter('keyed', {poison})"));
+        panic!(
+            "a publisher's 6400-byte key made the ack of the consumer's poll fail: {:?}; \
+             dead letters afterwards: {parked:?}; discarding the poisoned one: {:?}",
+            e.as_db_error().map(|d| d.message().to_owned()),
+            discard.err().map(|d| sqlstate(&d))
+        );
+    }
+}
