@@ -46,8 +46,7 @@ fn pg_write_all_data_cannot_stall_another_roles_poll_with_lock_table() {
     let writer = TestRole::new(&db, "all_data", "");
     admin().batch_execute(&format!("GRANT pg_read_all_data, pg_write_all_data TO {}", writer.name)).unwrap();
     let mut c = db.connect_as(&consumer.name);
-    c.batch_execute("SELECT streams.create_subscription('victim', 'orders', after => 0, max_attempts => 5)")
-        .unwrap();
+    c.batch_execute("SELECT streams.create_subscription('victim', 'orders', after => 0, max_attempts => 5)").unwrap();
     let p = publish_events(&mut owner, "orders", 3, 3);
 
     for table in ["subscription_deliveries", "subscription_failures", "subscription_state", "subscription_keys"] {
@@ -62,7 +61,11 @@ fn pg_write_all_data_cannot_stall_another_roles_poll_with_lock_table() {
         c.batch_execute("ROLLBACK; RESET statement_timeout").unwrap();
         w.batch_execute("ROLLBACK").unwrap();
         let polled = polled.unwrap_or_else(|e| {
-            panic!("a pg_write_all_data role's LOCK TABLE streams.{table} stalled another role's poll: {} {:?}", sqlstate(&e), e.as_db_error().map(|d| d.message().to_owned()))
+            panic!(
+                "a pg_write_all_data role's LOCK TABLE streams.{table} stalled another role's poll: {} {:?}",
+                sqlstate(&e),
+                e.as_db_error().map(|d| d.message().to_owned())
+            )
         });
         assert_eq!(polled, p, "the poll returned the events despite the lock on {table}");
     }
@@ -80,8 +83,7 @@ fn a_huge_key_does_not_poison_the_other_keys_of_a_keyed_subscription() {
     let db = TestDb::new();
     let (consumer, publisher, _owner) = two_roles(&db);
     let mut c = db.connect_as(&consumer.name);
-    c.batch_execute("SELECT streams.create_subscription('keyed', 'orders', key => 'id', max_attempts => 2)")
-        .unwrap();
+    c.batch_execute("SELECT streams.create_subscription('keyed', 'orders', key => 'id', max_attempts => 2)").unwrap();
     let mut p = db.connect_as(&publisher.name);
     // Incompressible (a compressible key would fit the index after pglz).
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
