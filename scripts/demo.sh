@@ -161,6 +161,22 @@ note "The first transaction rolled back: its claims returned, and the second got
 sql "SELECT name, position, pending, lag_time, claimed FROM streams.subscriptions;"
 note "Long poll (works through PgBouncer): SELECT * FROM streams.poll('billing', wait => '10s') returns as soon as an event commits."
 
+step "A failing event: attempts survive a rollback, a nack puts it off, the last attempt parks it"
+sql "SELECT streams.create_subscription('shipping', 'payment.*', after => 0, max_attempts => 2, backoff_min => '10 milliseconds');"
+sql <<'SQL'
+BEGIN;
+SELECT position, attempt FROM streams.poll('shipping', max_events => 1);
+ROLLBACK;
+BEGIN;
+SELECT position AS failing, attempt FROM streams.poll('shipping', max_events => 1) \gset
+SELECT streams.nack('shipping', :failing, reason => 'carrier API answered 503');
+COMMIT;
+SELECT subscription, position, attempts, last_error FROM streams.dead_letters;
+SELECT streams.retry_dead_letter('shipping', :failing);
+SELECT position, attempt FROM streams.poll('shipping', max_events => 1);
+SQL
+note "The rollback used attempt 1, the nack at attempt 2 (the last) parked the event; the log still holds it, and retry_dead_letter delivers it again as attempt 1."
+
 step "A webhook: every payment.* event POSTed to an HTTP endpoint, signed"
 note "A throwaway endpoint on 127.0.0.1 prints what arrives; a superuser lets webhooks reach this machine."
 HOOK_OUT="$(mktemp)"

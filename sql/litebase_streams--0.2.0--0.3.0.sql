@@ -569,7 +569,7 @@ COMMENT ON COLUMN streams.subscription_state.backoff_max IS 'The longest delay b
 COMMENT ON FUNCTION streams.poll(text, integer, interval, interval) IS 'Claim the next events of a subscription for this transaction (or for a lease), with their delivery attempt; wait => long poll.';
 
 CREATE FUNCTION streams._delivery_waits() RETURNS TABLE (deliveries bigint, waited_us bigint)
-LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', '_delivery_waits_wrapper';
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_delivery_waits_wrapper';
 COMMENT ON FUNCTION streams._delivery_waits() IS 'Internal: this backend''s deliveries written down by the worker and the time its polls waited (microseconds).';
 REVOKE EXECUTE ON FUNCTION streams._delivery_waits() FROM PUBLIC;
 

@@ -174,7 +174,7 @@ LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 
 -- This backend's polls: deliveries written down by the worker, and the
 -- microseconds they waited for it (make bench reports the cost from it).
 CREATE FUNCTION streams._delivery_waits() RETURNS TABLE (deliveries bigint, waited_us bigint)
-LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', '_delivery_waits_wrapper';
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_delivery_waits_wrapper';
 COMMENT ON FUNCTION streams._delivery_waits() IS 'Internal: this backend''s deliveries written down by the worker and the time its polls waited (microseconds).';
 
 -- streams._start_position(function, after, since, from_tx) -> bigint

@@ -282,7 +282,7 @@ fn default_privileges_do_not_reach_the_log() {
                     OR has_table_privilege($1, c.oid, 'DELETE'))
                -- Readable by everyone on purpose; each role sees only its own rows.
                AND c.oid NOT IN ('streams.stream_grants'::regclass, 'streams.subscriptions'::regclass,
-                                 'streams.webhooks'::regclass)",
+                                 'streams.webhooks'::regclass, 'streams.dead_letters'::regclass)",
             &[&reporting.name],
         )
         .unwrap()
