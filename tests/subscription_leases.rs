@@ -13,7 +13,6 @@
 
 mod common;
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use common::pgbouncer::{column, rows, Pgbouncer};
@@ -29,42 +28,9 @@ use postgres::Client;
 const EFFECTS: &str =
     "CREATE TABLE public.effects (position bigint PRIMARY KEY, attempt int NOT NULL, consumer text NOT NULL)";
 
-/// One event a poll returned, and which delivery attempt of it that was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Delivery {
-    position: i64,
-    attempt: i32,
-}
-
-fn at(position: i64, attempt: i32) -> Delivery {
-    Delivery { position, attempt }
-}
-
 /// Every position of `positions` at `attempt`.
 fn all_at(positions: &[i64], attempt: i32) -> Vec<Delivery> {
     positions.iter().map(|&p| at(p, attempt)).collect()
-}
-
-/// What a poll that returns nothing returns.
-const NOTHING: [Delivery; 0] = [];
-
-fn num<T: FromStr>(value: &Option<String>) -> T
-where
-    T::Err: std::fmt::Debug,
-{
-    value.as_deref().expect("not null").parse().expect("a number")
-}
-
-/// The one value of a one-row, one-column query, as text (None: SQL null).
-fn value(c: &mut Client, sql: &str) -> Option<String> {
-    let mut r = rows(c, sql).unwrap_or_else(|e| panic!("{sql}: {e:?}"));
-    assert_eq!(r.len(), 1, "{sql}: one row");
-    r.pop().unwrap().swap_remove(0)
-}
-
-/// A boolean query's answer.
-fn holds(c: &mut Client, sql: &str) -> bool {
-    value(c, sql).as_deref() == Some("t")
 }
 
 /// The database's clock now, as text.
@@ -236,32 +202,6 @@ fn snapshot(c: &mut Client) -> (Rows, Rows, Rows) {
     let dead = rows(c, "SELECT * FROM streams.dead_letters ORDER BY subscription, position").unwrap();
     let delivered = rows(c, "SELECT * FROM streams.subscription_deliveries ORDER BY subscription, low").unwrap();
     (subscriptions, dead, delivered)
-}
-
-/// Poll `sub` (at most `max`, in a transaction) until a poll returns
-/// events: those, and how many seconds after `since` (a timestamptz) the
-/// polling statement returned them, by the database's clock. The
-/// transaction stays open.
-fn poll_until_delivered(c: &mut Client, sub: &str, max: i32, since: &str) -> (Vec<Delivery>, f64) {
-    let mut got = (Vec::new(), 0.0);
-    wait_until(&format!("{sub} delivers again"), Duration::from_secs(30), || {
-        c.batch_execute("BEGIN").unwrap();
-        let r = rows(
-            c,
-            &format!(
-                "SELECT position, attempt, extract(epoch FROM clock_timestamp() - '{since}'::timestamptz)
-                 FROM streams.poll('{sub}', {max}, '100 milliseconds')"
-            ),
-        )
-        .unwrap();
-        if r.is_empty() {
-            c.batch_execute("COMMIT").unwrap();
-            return false;
-        }
-        got = (r.iter().map(|r| at(num(&r[0]), num(&r[1]))).collect(), num(&r[0][2]));
-        true
-    });
-    got
 }
 
 /// Poll `sub` in transactions, acking each batch, until `last` came: every

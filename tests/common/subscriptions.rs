@@ -156,3 +156,64 @@ impl LongPoll {
         self.thread.join().expect("the polling thread")
     }
 }
+
+// --- deliveries with their attempts (tests/subscription_retries.rs, tests/subscription_leases.rs)
+
+/// One event a poll returned, and which delivery attempt of it that was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    pub position: i64,
+    pub attempt: i32,
+}
+
+pub fn at(position: i64, attempt: i32) -> Delivery {
+    Delivery { position, attempt }
+}
+
+/// What a poll that returns nothing returns.
+pub const NOTHING: [Delivery; 0] = [];
+
+/// A text value of the simple protocol as a number.
+pub fn num<T: std::str::FromStr>(value: &Option<String>) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    value.as_deref().expect("not null").parse().expect("a number")
+}
+
+/// The one value of a one-row, one-column query, as text (None: SQL null).
+pub fn value(c: &mut Client, sql: &str) -> Option<String> {
+    let mut r = rows(c, sql).unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    assert_eq!(r.len(), 1, "{sql}: one row");
+    r.pop().unwrap().swap_remove(0)
+}
+
+/// A boolean query's answer.
+pub fn holds(c: &mut Client, sql: &str) -> bool {
+    value(c, sql).as_deref() == Some("t")
+}
+
+/// Poll `sub` (at most `max`, in a transaction) until a poll returns events:
+/// those, and how many seconds after `since` (a timestamptz) the polling
+/// statement returned them, by the database's clock. The transaction stays open.
+pub fn poll_until_delivered(c: &mut Client, sub: &str, max: i32, since: &str) -> (Vec<Delivery>, f64) {
+    let mut got = (Vec::new(), 0.0);
+    wait_until(&format!("{sub} delivers again"), Duration::from_secs(30), || {
+        c.batch_execute("BEGIN").unwrap();
+        let r = rows(
+            c,
+            &format!(
+                "SELECT position, attempt, extract(epoch FROM clock_timestamp() - '{since}'::timestamptz)
+                 FROM streams.poll('{sub}', {max}, '100 milliseconds')"
+            ),
+        )
+        .unwrap();
+        if r.is_empty() {
+            c.batch_execute("COMMIT").unwrap();
+            return false;
+        }
+        got = (r.iter().map(|r| at(num(&r[0]), num(&r[1]))).collect(), num(&r[0][2]));
+        true
+    });
+    got
+}
