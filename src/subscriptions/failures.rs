@@ -137,11 +137,7 @@ pub(super) fn due_put_back(client: &mut SpiClient<'_>, sub: i32, position: i64) 
             None,
             &args,
         )?;
-        if rows.is_empty() {
-            Ok(None)
-        } else {
-            rows.first().get::<i64>(1)
-        }
+        super::reads::first_value(rows)
     })
 }
 

@@ -125,11 +125,7 @@ fn _extend_lease(
             None,
             &args,
         )?;
-        if rows.is_empty() {
-            Ok(None)
-        } else {
-            rows.first().get::<TimestampWithTimeZone>(1)
-        }
+        super::reads::first_value(rows)
     })
 }
 

@@ -27,7 +27,8 @@
 //! (the locks and what this transaction claimed), `attempts` (deliveries
 //! written down by the worker, per event), `failures` (nacked and parked
 //! events), `poll` (ordered and unordered polls), `keyed` (order per key),
-//! `leases`, `settling` (nack and the dead-letter functions), `wait` (long
+//! `leases`, `settling` (nack and the dead-letter functions), `settings`
+//! (retry settings, order per key, if_not_exists), `wait` (long
 //! polls); this file has the SQL entry points that create, poll and ack.
 //!
 //! The functions are not SECURITY DEFINER: they check the caller (a member
@@ -42,6 +43,7 @@ mod keyed;
 mod leases;
 mod poll;
 mod reads;
+mod settings;
 mod settling;
 pub mod wait;
 
@@ -86,39 +88,6 @@ pub(crate) struct Subscription {
     backoff_max_us: i64,
 }
 
-/// The most attempts `max_attempts` may allow.
-const MOST_ATTEMPTS: i32 = 1000;
-
-/// Retry settings of a subscription as given (None: unchanged, or the
-/// default at creation).
-#[derive(Default, Clone, Copy)]
-struct RetrySettings {
-    max_attempts: Option<i32>,
-    backoff_min: Option<Duration>,
-    backoff_max: Option<Duration>,
-}
-
-impl RetrySettings {
-    fn from_arguments(max_attempts: Option<i32>, backoff_min: Option<Interval>, backoff_max: Option<Interval>) -> Self {
-        if let Some(max) = max_attempts {
-            if !(1..=MOST_ATTEMPTS).contains(&max) {
-                StreamsError::ArgumentOutOfRange {
-                    argument: "max_attempts",
-                    value: max.into(),
-                    min: 1,
-                    max: MOST_ATTEMPTS.into(),
-                }
-                .raise();
-            }
-        }
-        RetrySettings {
-            max_attempts,
-            backoff_min: backoff_min.map(|b| failures::delay(&b, "backoff_min")),
-            backoff_max: backoff_max.map(|b| failures::delay(&b, "backoff_max")),
-        }
-    }
-}
-
 /// Whether the database's schema counts attempts (0.3.0; a database still
 /// at 0.2.0 is served as before until ALTER EXTENSION ... UPDATE).
 pub(crate) fn tracks_attempts() -> bool {
@@ -141,137 +110,6 @@ fn _create_subscription(name: Option<&str>, stream: Option<&str>, start: Option<
     let start = start.ok_or(StreamsError::NullArgument("after")).or_raise();
     let ordered = ordered.ok_or(StreamsError::NullArgument("ordered")).or_raise();
     create(name, stream, start, ordered);
-}
-
-/// `streams._create_subscription(name, stream, start, ordered,
-/// max_attempts, backoff_min, backoff_max, if_not_exists)`: the same, with
-/// retry settings (0.3.0).
-#[pg_extern(sql = false)]
-#[allow(clippy::too_many_arguments)]
-fn _create_subscription_with_retries(
-    name: Option<&str>,
-    stream: Option<&str>,
-    start: Option<i64>,
-    ordered: Option<bool>,
-    key: Option<&str>,
-    on_dead_letter: Option<&str>,
-    max_attempts: Option<i32>,
-    backoff_min: Option<Interval>,
-    backoff_max: Option<Interval>,
-    if_not_exists: Option<bool>,
-) {
-    crate::log::catalog::lock_for_reading();
-    let name = name.ok_or(StreamsError::NullArgument("name")).or_raise();
-    let stream = stream.ok_or(StreamsError::NullArgument("stream")).or_raise();
-    let start = start.ok_or(StreamsError::NullArgument("after")).or_raise();
-    let ordered = ordered.ok_or(StreamsError::NullArgument("ordered")).or_raise();
-    let backoff_min = backoff_min.ok_or(StreamsError::NullArgument("backoff_min")).or_raise();
-    let backoff_max = backoff_max.ok_or(StreamsError::NullArgument("backoff_max")).or_raise();
-    let if_not_exists = if_not_exists.ok_or(StreamsError::NullArgument("if_not_exists")).or_raise();
-    let settings = RetrySettings::from_arguments(max_attempts, Some(backoff_min), Some(backoff_max));
-    if settings.backoff_min > settings.backoff_max {
-        StreamsError::BackoffOrder.raise();
-    }
-    let key_path = key.map(|key| {
-        if !ordered {
-            StreamsError::KeyNeedsOrdered.raise();
-        }
-        litebase_streams_core::keys::parse_key_path(key)
-            .unwrap_or_else(|reason| StreamsError::InvalidKeyPath { key: key.to_owned(), reason }.raise())
-            .as_array()
-    });
-    let skip_dead_letters = match on_dead_letter.unwrap_or("hold") {
-        "hold" => false,
-        "skip" => true,
-        other => StreamsError::InvalidOnDeadLetter(other.to_owned()).raise(),
-    };
-    if !ordered && settings.max_attempts.is_some() {
-        StreamsError::NeedsOrdered { function: "streams.create_subscription", subscription: name.to_owned() }.raise();
-    }
-    if if_not_exists {
-        if let Some(existing) = named(name).into_iter().find(|n| n.own) {
-            let differs = if existing.stream != stream {
-                Some("stream pattern")
-            } else if existing.ordered != ordered || existing.key.as_deref() != key {
-                Some("ordering")
-            } else {
-                None
-            };
-            if let Some(differs) = differs {
-                StreamsError::SubscriptionDiffers { name: name.to_owned(), differs }.raise();
-            }
-            return;
-        }
-    }
-    let id = create(name, stream, start, ordered);
-    alter(id, settings, false);
-    if key.is_some() || skip_dead_letters {
-        as_owner(|client| {
-            let args: [DatumWithOid; 4] = [
-                id.into(),
-                key.into(),
-                key_path.clone().into(),
-                (if skip_dead_letters { "skip" } else { "hold" }).into(),
-            ];
-            client.update_kept(
-                "UPDATE streams.subscription_state SET key = $2, key_path = $3, on_dead_letter = $4 WHERE id = $1",
-                None,
-                &args,
-            )?;
-            Ok(())
-        });
-    }
-}
-
-/// `streams.alter_subscription(name, max_attempts, backoff_min,
-/// backoff_max, unlimited_attempts)`: change its retry settings (NULL:
-/// unchanged).
-#[pg_extern(sql = false)]
-fn _alter_subscription(
-    name: Option<&str>,
-    max_attempts: Option<i32>,
-    backoff_min: Option<Interval>,
-    backoff_max: Option<Interval>,
-    unlimited_attempts: Option<bool>,
-) {
-    crate::log::catalog::lock_for_reading();
-    let name = name.ok_or(StreamsError::NullArgument("name")).or_raise();
-    let unlimited = unlimited_attempts.unwrap_or(false);
-    let settings = RetrySettings::from_arguments(max_attempts, backoff_min, backoff_max);
-    let subscription = open(name);
-    refuse_webhook(&subscription);
-    if !subscription.ordered && settings.max_attempts.is_some() {
-        StreamsError::NeedsOrdered { function: "streams.alter_subscription", subscription: subscription.name }.raise();
-    }
-    let min = settings.backoff_min.map_or(subscription.backoff_min_us, |d| d.as_micros() as i64);
-    let max = settings.backoff_max.map_or(subscription.backoff_max_us, |d| d.as_micros() as i64);
-    if min > max {
-        StreamsError::BackoffOrder.raise();
-    }
-    alter(subscription.id, settings, unlimited);
-}
-
-fn alter(id: i32, settings: RetrySettings, unlimited: bool) {
-    let micros = |d: Option<Duration>| d.map(|d| d.as_micros() as i64);
-    as_owner(|client| {
-        let args: [DatumWithOid; 5] = [
-            id.into(),
-            settings.max_attempts.into(),
-            unlimited.into(),
-            micros(settings.backoff_min).into(),
-            micros(settings.backoff_max).into(),
-        ];
-        client.update_kept(
-            "UPDATE streams.subscription_state
-             SET max_attempts = CASE WHEN $3 THEN NULL ELSE coalesce($2, max_attempts) END,
-                 backoff_min = coalesce(pg_catalog.make_interval(secs => $4::double precision / 1e6), backoff_min),
-                 backoff_max = coalesce(pg_catalog.make_interval(secs => $5::double precision / 1e6), backoff_max)
-             WHERE id = $1",
-            None,
-            &args,
-        )?;
-        Ok(())
-    });
 }
 
 /// Create a subscription owned by the caller, after checking its name,
@@ -303,11 +141,7 @@ pub(crate) fn create(name: &str, stream: &str, start: i64, ordered: bool) -> i32
             None,
             &args,
         )?;
-        if rows.is_empty() {
-            Ok(None)
-        } else {
-            rows.first().get::<i32>(1)
-        }
+        reads::first_value(rows)
     });
     created.unwrap_or_else(|| StreamsError::DuplicateSubscription(name.to_owned()).raise())
 }

@@ -66,7 +66,7 @@ pub(super) fn poll_ordered(
             None,
             &[sub.id.into()],
         )?;
-        let locked = if rows.is_empty() { None } else { rows.first().get::<i64>(1)? };
+        let locked = super::reads::first_value::<i64>(rows)?;
         if locked != Some(start) {
             // A seek committed in between: start again from its position.
             claims::unlock(sub.id, Key::Token, Hold::Exclusive);

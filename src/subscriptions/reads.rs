@@ -4,7 +4,7 @@
 
 use crate::log::kept_plan::KeptStatements;
 use pgrx::prelude::*;
-use pgrx::spi::{SpiClient, SpiResult};
+use pgrx::spi::{SpiClient, SpiResult, SpiTupleTable};
 
 use super::wait;
 use crate::error::StreamsError;
@@ -27,4 +27,14 @@ pub(super) fn read_position(client: &mut SpiClient<'_>, id: i32) -> SpiResult<i6
 pub(super) fn with_latest_snapshot<R>(body: impl FnOnce() -> R) -> R {
     // SAFETY: a plain call that returns a snapshot owned by the snapshot manager.
     wait::with_active_snapshot(unsafe { pg_sys::GetLatestSnapshot() }, body)
+}
+
+/// The first column of the first row, None when there is no row (a
+/// statement that found or changed nothing).
+pub(super) fn first_value<T: FromDatum + IntoDatum>(rows: SpiTupleTable<'_>) -> SpiResult<Option<T>> {
+    if rows.is_empty() {
+        Ok(None)
+    } else {
+        rows.first().get::<T>(1)
+    }
 }
