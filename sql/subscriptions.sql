@@ -163,7 +163,7 @@ CREATE FUNCTION streams._poll(subscription text, max_events integer, wait interv
 RETURNS TABLE (stream text, after bigint, count integer)
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_poll_wrapper';
 CREATE FUNCTION streams._claim(subscription text, max_events integer, wait interval, lease interval)
-RETURNS TABLE (stream text, after bigint, count integer, attempt integer, lease bigint)
+RETURNS TABLE (stream text, afters bigint[], throughs bigint[], attempts integer[], lease bigint)
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_claim_wrapper';
 CREATE FUNCTION streams._chunk("position" bigint) RETURNS bigint
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', '_chunk_wrapper';
@@ -265,7 +265,9 @@ LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 
 -- instead, under the lease id in the lease_id column, to settle from any
 -- session with ack(subscription, through, lease) or nack(..., lease => ...).
 -- Two statements on purpose: the second one's snapshot sees every claimed
--- event.
+-- event. The second reads the claimed ranges of positions straight from
+-- the log (as the caller: its row security applies), the pattern's
+-- events in each.
 CREATE FUNCTION streams.poll(subscription text, max_events integer DEFAULT 100, wait interval DEFAULT '0',
                              lease interval DEFAULT NULL)
 RETURNS TABLE ("position" bigint, stream text, "time" timestamptz, tx xid8, data jsonb, attempt integer,
@@ -273,22 +275,18 @@ RETURNS TABLE ("position" bigint, stream text, "time" timestamptz, tx xid8, data
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
-    pattern text;
-    afters bigint[];
-    counts integer[];
-    attempts integer[];
-    leased bigint;
+    claimed record;
 BEGIN
-    SELECT pg_catalog.min(c.stream), pg_catalog.array_agg(c.after ORDER BY c.after),
-           pg_catalog.array_agg(c.count ORDER BY c.after), pg_catalog.array_agg(c.attempt ORDER BY c.after),
-           pg_catalog.min(c.lease)
-    INTO pattern, afters, counts, attempts, leased
-    FROM streams._claim(poll.subscription, poll.max_events, poll.wait, poll.lease) c;
+    SELECT * INTO STRICT claimed FROM streams._claim(poll.subscription, poll.max_events, poll.wait, poll.lease);
     RETURN QUERY
-        SELECT e.position, e.stream, e.time, e.tx, e.data, c.attempt, leased
-        FROM ROWS FROM (pg_catalog.unnest(afters), pg_catalog.unnest(counts), pg_catalog.unnest(attempts))
-             AS c(after, count, attempt)
-        CROSS JOIN LATERAL streams.replay(pattern, after => c.after, max_events => c.count) e
+        SELECT e.position, e.stream, streams._commit_time(e.position), e.tx, e.data, c.attempt, claimed.lease
+        FROM ROWS FROM (pg_catalog.unnest(claimed.afters), pg_catalog.unnest(claimed.throughs),
+                        pg_catalog.unnest(claimed.attempts)) AS c(after, through, attempt)
+        JOIN streams.event_log e ON e.position > c.after AND e.position <= c.through
+        WHERE (streams._stream_exact(claimed.stream) IS NULL OR e.stream = streams._stream_exact(claimed.stream))
+          AND (streams._stream_prefix_low(claimed.stream) IS NULL
+               OR (e.stream >= streams._stream_prefix_low(claimed.stream)
+                   AND e.stream < streams._stream_prefix_high(claimed.stream)))
         ORDER BY e.position;
 END
 $$;
@@ -441,7 +439,7 @@ COMMENT ON SEQUENCE streams.subscription_ids IS 'Ids of subscriptions (keys of t
 COMMENT ON FUNCTION streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean) IS 'Internal: create_subscription once the start position is known.';
 COMMENT ON FUNCTION streams._seek_subscription(text, bigint) IS 'Internal: seek once the position is known.';
 COMMENT ON FUNCTION streams._poll(text, integer, interval) IS 'Internal: streams._claim without the attempts (the 0.2.0 form, for polls compiled before an update).';
-COMMENT ON FUNCTION streams._claim(text, integer, interval, interval) IS 'Internal: claim the next events of a subscription, as ranges of positions with their attempt.';
+COMMENT ON FUNCTION streams._claim(text, integer, interval, interval) IS 'Internal: claim the next events of a subscription: its pattern and the ranges of positions holding them, with their attempt.';
 COMMENT ON FUNCTION streams._chunk(bigint) IS 'Internal: the chunk (1024 positions) of an unordered subscription a position falls in.';
 COMMENT ON FUNCTION streams._claims() IS 'Internal: the events open transactions of this database claimed, per subscription and pid.';
 COMMENT ON FUNCTION streams._start_position(text, bigint, timestamptz, xid8) IS 'Internal: where a subscription starts or seeks to.';

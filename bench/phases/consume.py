@@ -70,6 +70,7 @@ LABELS = dict(METHODS)
 SHORT = dict(subscription="the ordered subscription", replay="replay() pages", pgq="PgQ",
              lease="the leased subscription")  # in the report's notes
 LEASE_ID = 6  # poll's 7th column
+DATA = 4  # data: the 5th column of poll and replay
 # The methods whose polls write their deliveries down (6e).
 TRACKED = ("subscription", "lease")
 
@@ -406,6 +407,13 @@ class _Consumer:
     own: a new subscription, cursor row or PgQ consumer."""
 
     def __init__(self, key, c, cfg, first, waits):
+        if key != "pgq":
+            # Every method decodes its payloads with the same json.loads from
+            # str: psycopg's own jsonb loader (a Python function over bytes)
+            # costs about 2.5 us more per event than json.loads of PgQ's text,
+            # and would time psycopg, not the database.
+            from psycopg.types.string import TextLoader
+            c.adapters.register_loader("jsonb", TextLoader)
         self.key, self.c, self.cur = key, c, c.cursor()
         self.batch, self.first, self.rounds, self.lease = cfg["consume_batch"], first, 0, cfg["lease"]
         self.tracked = waits and key in TRACKED  # 6e: read streams._delivery_waits()
@@ -442,9 +450,12 @@ class _Consumer:
         return n, self.last
 
     def _taken(self, rows):
-        """A stream method's batch: rows, or None when it was empty."""
+        """A stream method's batch, its payloads decoded: rows, or None when
+        it was empty."""
         if not rows:
             return None
+        for r in rows:
+            json.loads(r[DATA])
         self.last = rows[-1][0]
         return rows
 
@@ -452,11 +463,11 @@ class _Consumer:
         cur = self.cur
         cur.execute("BEGIN")
         cur.execute("SELECT * FROM streams.poll(%s, %s)", (self.name, self.batch), prepare=True)
-        rows = cur.fetchall()
+        rows = self._taken(cur.fetchall())
         if rows:
             cur.execute("SELECT streams.ack(%s, %s)", (self.name, rows[-1][0]), prepare=True)
         cur.execute("COMMIT")
-        return self._taken(rows)
+        return rows
 
     def _step_lease(self):
         """Autocommit: the poll lets go of the subscription once the lease is
@@ -464,28 +475,28 @@ class _Consumer:
         cur = self.cur
         cur.execute("SELECT * FROM streams.poll(%s, %s, lease => %s::interval)",
                     (self.name, self.batch, self.lease), prepare=True)
-        rows = cur.fetchall()
+        rows = self._taken(cur.fetchall())
         if rows:
             cur.execute("SELECT streams.ack(%s, %s, %s)", (self.name, rows[-1][0], rows[-1][LEASE_ID]),
                         prepare=True)
-        return self._taken(rows)
+        return rows
 
     def _step_replay(self):
         cur = self.cur
         cur.execute("BEGIN")
         cur.execute("SELECT * FROM streams.replay(%s, after => %s, max_events => %s)",
                     (STREAM, self.last, self.batch), prepare=True)
-        rows = cur.fetchall()
+        rows = self._taken(cur.fetchall())
         if rows:
             cur.execute("UPDATE bench_cursor SET position = %s WHERE name = %s", (rows[-1][0], self.name),
                         prepare=True)
         cur.execute("COMMIT")
-        return self._taken(rows)
+        return rows
 
     def _step_pgq(self):
         """A batch (maybe empty), None when next_batch has none. ev_data is
-        text: decoded here, in the batch's transaction, as psycopg decodes
-        the streams' jsonb while fetching."""
+        text: decoded here, in the batch's transaction, as the streams'
+        methods decode their jsonb (fetched as text)."""
         cur = self.cur
         cur.execute("BEGIN")
         cur.execute("SELECT pgq.next_batch(%s, %s)", (QUEUE, self.name), prepare=True)
@@ -982,8 +993,9 @@ def _section_throughput(con, w):
     w("")
     w("Each is timed two ways: **client**, a Python (psycopg 3) consumer in one process, one statement per "
       "round trip with prepared statements, rows decoded: `timestamptz` into datetimes and every event's "
-      "payload into a dict (psycopg decodes the streams' `jsonb` as it fetches; PgQ's `ev_data` is text, "
-      "which the client decodes with `json.loads`, row by row in the batch's transaction, as a consumer of "
+      "payload into a dict by the same `json.loads` of a str, row by row in the batch's transaction (the "
+      "streams' `jsonb` is fetched as text: psycopg's own jsonb loader, a Python function over bytes, costs "
+      "more per event than `json.loads` of PgQ's text `ev_data`, and would time psycopg), as a consumer of "
       "the payload must), wall time; and **server**, the same loop as a PL/pgSQL procedure "
       "(`bench_consume_*` in bench/phases/consume.py) CALLed once, every row fetched into a record and "
       "nothing decoded, COMMIT per batch (the leased one: after the poll and after the ack): the database's "

@@ -58,7 +58,7 @@ use crate::error::{OrRaise, SpiContext, StreamsError};
 use crate::{log::privileges, log::publish};
 use claims::Key;
 use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
-use poll::{fold_finished_chunks, poll_ordered, poll_unordered, with_attempts, Polled};
+use poll::{fold_finished_chunks, poll_ordered, poll_unordered, with_attempts, Piece, Polled};
 use reads::with_latest_snapshot;
 use wait::{horizon_seen_by_transaction, isolation_is_snapshot, wait_duration};
 
@@ -212,12 +212,15 @@ fn _poll(
     wait: Option<Interval>,
 ) -> TableIterator<'static, (name!(stream, String), name!(after, i64), name!(count, i32))> {
     let (stream, pieces, _) = claim(subscription, max_events, wait, tracks_attempts(), None);
-    TableIterator::new(pieces.into_iter().map(move |(after, count, _)| (stream.clone(), after, count as i32)))
+    TableIterator::new(pieces.into_iter().map(move |piece| (stream.clone(), piece.after, piece.count as i32)))
 }
 
-/// `streams._claim(subscription, max_events, wait, lease)`: as `_poll`,
-/// and each range's delivery attempt, written down before it returns; with
-/// `lease`, claimed for that long under the lease id returned.
+/// `streams._claim(subscription, max_events, wait, lease)`: claim the next
+/// events, in one row: the subscription's pattern, the `(after, through]`
+/// ranges of positions holding them (in order) and each range's delivery
+/// attempt, written down before it returns; with `lease`, claimed for
+/// that long under the lease id returned. `streams.poll` reads the events
+/// of the ranges in its next statement.
 #[pg_extern(sql = false)]
 fn _claim(
     subscription: Option<&str>,
@@ -226,24 +229,32 @@ fn _claim(
     lease: Option<Interval>,
 ) -> TableIterator<
     'static,
-    (name!(stream, String), name!(after, i64), name!(count, i32), name!(attempt, i32), name!(lease, Option<i64>)),
+    (
+        name!(stream, String),
+        name!(afters, Vec<i64>),
+        name!(throughs, Vec<i64>),
+        name!(attempts, Vec<i32>),
+        name!(lease, Option<i64>),
+    ),
 > {
     let lease = lease.map(|l| leases::duration(&l));
-    let (stream, pieces, lease) = claim(subscription, max_events, wait, true, lease);
-    TableIterator::new(
-        pieces.into_iter().map(move |(after, count, attempt)| (stream.clone(), after, count as i32, attempt, lease)),
-    )
+    let (stream, mut pieces, lease) = claim(subscription, max_events, wait, true, lease);
+    pieces.sort_unstable_by_key(|piece| piece.after);
+    let afters = pieces.iter().map(|piece| piece.after).collect();
+    let throughs = pieces.iter().map(|piece| piece.through).collect();
+    let attempts = pieces.iter().map(|piece| piece.attempt).collect();
+    TableIterator::once((stream, afters, throughs, attempts, lease))
 }
 
-/// Claim the next events: the subscription's pattern and `(after, count,
-/// attempt)` pieces.
+/// Claim the next events: the subscription's pattern and the pieces of
+/// positions holding them, each delivered for the same attempt.
 fn claim(
     subscription: Option<&str>,
     max_events: Option<i32>,
     wait: Option<Interval>,
     attempts: bool,
     lease: Option<Duration>,
-) -> (String, Vec<(i64, i64, i32)>, Option<i64>) {
+) -> (String, Vec<Piece>, Option<i64>) {
     // The readers' lock order first: an upgrade step takes it too.
     crate::log::catalog::lock_for_reading();
     let name = subscription.ok_or(StreamsError::NullArgument("subscription")).or_raise();
@@ -296,7 +307,8 @@ fn claim(
     };
     let (claimed, release_token) = claimed;
     if !attempts {
-        let pieces = claimed.into_iter().map(|(after, count, _)| (after, count, 1)).collect();
+        let pieces =
+            claimed.into_iter().map(|(after, count, through)| Piece { after, through, count, attempt: 1 }).collect();
         return (subscription.stream, pieces, None);
     }
     let deliveries: Vec<(i64, i64)> = claimed.iter().map(|&(after, _, through)| (after, through)).collect();

@@ -146,18 +146,28 @@ pub(super) fn is_event_of(client: &mut SpiClient<'_>, sub: &Subscription, positi
     Ok(position <= horizon && next_events(client, sub, position - 1, position, 1)?.0 == 1)
 }
 
-/// How many of the subscription's events each part of `(after, through]`
-/// holds (`count` in all) and their attempt: `(after, count, attempt)`
-/// pieces, read after the worker wrote this poll's delivery down.
+/// Claimed events that are one delivery attempt: the subscription's
+/// `count` events in `(after, through]`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Piece {
+    pub after: i64,
+    pub through: i64,
+    pub count: i64,
+    pub attempt: i32,
+}
+
+/// The parts of `(after, through]` (holding `count` of the subscription's
+/// events) delivered for the same attempt, read after the worker wrote
+/// this poll's delivery down.
 pub(super) fn with_attempts(
     client: &mut SpiClient<'_>,
     sub: &Subscription,
     (after, count, through): (i64, i64, i64),
-) -> SpiResult<Vec<(i64, i64, i32)>> {
+) -> SpiResult<Vec<Piece>> {
     let segments = attempts::overlapping(client, sub.id, after, through)?;
     if let [only] = segments.as_slice() {
         if only.low <= after && only.high >= through {
-            return Ok(vec![(after, count, only.attempts)]);
+            return Ok(vec![Piece { after, through, count, attempt: only.attempts }]);
         }
     }
     // Cut at every segment boundary; a gap (never: the delivery was just
@@ -179,7 +189,7 @@ pub(super) fn with_attempts(
     for (low, high, attempt) in bounds {
         let (n, _, _) = next_events(client, sub, low, high, count)?;
         if n > 0 {
-            pieces.push((low, n, attempt));
+            pieces.push(Piece { after: low, through: high, count: n, attempt });
         }
     }
     Ok(pieces)
