@@ -221,6 +221,7 @@ fn _poll(
 /// attempt, written down before it returns; with `lease`, claimed for
 /// that long under the lease id returned. `streams.poll` reads the events
 /// of the ranges in its next statement.
+#[allow(clippy::type_complexity)] // the SQL row, spelled out for pgrx
 #[pg_extern(sql = false)]
 fn _claim(
     subscription: Option<&str>,
