@@ -163,8 +163,13 @@ CREATE FUNCTION streams._poll(subscription text, max_events integer, wait interv
 RETURNS TABLE (stream text, after bigint, count integer)
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_poll_wrapper';
 CREATE FUNCTION streams._claim(subscription text, max_events integer, wait interval, lease interval)
-RETURNS TABLE (stream text, afters bigint[], throughs bigint[], attempts integer[], lease bigint)
+RETURNS TABLE (stream_low text, stream_high text, afters bigint[], throughs bigint[], lease bigint)
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_claim_wrapper';
+-- No SET clause (called once per event returned): its one SQL statement
+-- runs as the extension's owner with search_path pinned in Rust
+-- (as_owner), like _commit_time's.
+CREATE FUNCTION streams._attempt("position" bigint) RETURNS integer
+LANGUAGE c VOLATILE STRICT AS 'MODULE_PATHNAME', '_attempt_wrapper';
 CREATE FUNCTION streams._chunk("position" bigint) RETURNS bigint
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', '_chunk_wrapper';
 CREATE FUNCTION streams._claims() RETURNS TABLE (subscription integer, pid integer, claimed bigint)
@@ -266,8 +271,10 @@ LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 
 -- session with ack(subscription, through, lease) or nack(..., lease => ...).
 -- Two statements on purpose: the second one's snapshot sees every claimed
 -- event. The second reads the claimed ranges of positions straight from
--- the log (as the caller: its row security applies), the pattern's
--- events in each.
+-- the log (as the caller: its row security applies), the events in each
+-- of a stream the pattern selects (a range of names, from _claim); only once it read them all (the sort) does it ask each one's
+-- attempt, whose first call waits for the worker's commit of the delivery:
+-- the flush and the read overlap, and nothing is returned before it.
 CREATE FUNCTION streams.poll(subscription text, max_events integer DEFAULT 100, wait interval DEFAULT '0',
                              lease interval DEFAULT NULL)
 RETURNS TABLE ("position" bigint, stream text, "time" timestamptz, tx xid8, data jsonb, attempt integer,
@@ -279,15 +286,19 @@ DECLARE
 BEGIN
     SELECT * INTO STRICT claimed FROM streams._claim(poll.subscription, poll.max_events, poll.wait, poll.lease);
     RETURN QUERY
-        SELECT e.position, e.stream, streams._commit_time(e.position), e.tx, e.data, c.attempt, claimed.lease
-        FROM ROWS FROM (pg_catalog.unnest(claimed.afters), pg_catalog.unnest(claimed.throughs),
-                        pg_catalog.unnest(claimed.attempts)) AS c(after, through, attempt)
-        JOIN streams.event_log e ON e.position > c.after AND e.position <= c.through
-        WHERE (streams._stream_exact(claimed.stream) IS NULL OR e.stream = streams._stream_exact(claimed.stream))
-          AND (streams._stream_prefix_low(claimed.stream) IS NULL
-               OR (e.stream >= streams._stream_prefix_low(claimed.stream)
-                   AND e.stream < streams._stream_prefix_high(claimed.stream)))
-        ORDER BY e.position;
+        SELECT r.position, r.stream, r.time, r.tx, r.data, streams._attempt(r.position), claimed.lease
+        FROM (SELECT e.position, e.stream, streams._commit_time(e.position) AS time, e.tx, e.data
+              FROM ROWS FROM (pg_catalog.unnest(claimed.afters), pg_catalog.unnest(claimed.throughs))
+                   AS c(after, through)
+              -- Each range by itself (OFFSET 0: not flattened), so that even
+              -- a generic plan scans an index per range.
+              CROSS JOIN LATERAL (
+                  SELECT e.position, e.stream, e.tx, e.data FROM streams.event_log e
+                  WHERE e.position > c.after AND e.position <= c.through
+                    AND e.stream >= claimed.stream_low AND e.stream < claimed.stream_high
+                  OFFSET 0) e
+              ORDER BY e.position OFFSET 0) r
+        ORDER BY r.position;
 END
 $$;
 
@@ -439,7 +450,8 @@ COMMENT ON SEQUENCE streams.subscription_ids IS 'Ids of subscriptions (keys of t
 COMMENT ON FUNCTION streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean) IS 'Internal: create_subscription once the start position is known.';
 COMMENT ON FUNCTION streams._seek_subscription(text, bigint) IS 'Internal: seek once the position is known.';
 COMMENT ON FUNCTION streams._poll(text, integer, interval) IS 'Internal: streams._claim without the attempts (the 0.2.0 form, for polls compiled before an update).';
-COMMENT ON FUNCTION streams._claim(text, integer, interval, interval) IS 'Internal: claim the next events of a subscription: its pattern and the ranges of positions holding them, with their attempt.';
+COMMENT ON FUNCTION streams._claim(text, integer, interval, interval) IS 'Internal: claim the next events of a subscription: the range of stream names its pattern selects and the ranges of positions holding them.';
+COMMENT ON FUNCTION streams._attempt(bigint) IS 'Internal: the delivery attempt of an event this backend''s last poll claimed, once the worker wrote the delivery down.';
 COMMENT ON FUNCTION streams._chunk(bigint) IS 'Internal: the chunk (1024 positions) of an unordered subscription a position falls in.';
 COMMENT ON FUNCTION streams._claims() IS 'Internal: the events open transactions of this database claimed, per subscription and pid.';
 COMMENT ON FUNCTION streams._start_position(text, bigint, timestamptz, xid8) IS 'Internal: where a subscription starts or seeks to.';

@@ -211,6 +211,7 @@ fn security_definer_functions_pin_search_path_and_are_not_public() {
         "streams.publish(text,jsonb)",               // kept plans pinned in Rust (kept_plan.rs)
         "streams._publish_batch(text,jsonb[])",      // same
         "streams._commit_time(bigint)",              // a kept plan pinned in Rust, run as the caller
+        "streams._attempt(bigint)",                  // per event: as_owner pins search_path in Rust
     ];
     let unpinned: Vec<String> = c
         .query(

@@ -82,20 +82,59 @@ fn _delivery_waits() -> TableIterator<'static, (name!(deliveries, i64), name!(wa
     TableIterator::once(WAITS.with(|w| w.get()))
 }
 
+/// The delivery this backend's last poll asked the worker to write down,
+/// and, once written, the segments holding its events' attempts (what
+/// `streams._attempt` answers from).
+struct Pending {
+    subscription: i32,
+    /// The request's sequence number; 0 once answered.
+    sequence: u64,
+    ranges: Vec<(i64, i64)>,
+    segments: Option<Vec<Segment>>,
+}
+
+thread_local! {
+    static PENDING: std::cell::RefCell<Option<Pending>> = const { std::cell::RefCell::new(None) };
+}
+
 /// Have the worker write down that this backend gets the subscription's
-/// events in each of `ranges` (`(after, through]`), and wait until it
-/// committed. Raises when it cannot (55000), or on interrupts.
-pub(super) fn record(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i64, i64)]) {
+/// events in each of `ranges` (`(after, through]`), without waiting: the
+/// poll reads the events meanwhile, and `streams._attempt` waits for the
+/// commit before the first of them is returned.
+pub(super) fn submit(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i64, i64)]) {
+    PENDING.with(|p| *p.borrow_mut() = None);
     if ranges.is_empty() {
         return;
     }
     crate::require_preload().or_raise();
     // SAFETY: plain reads of backend globals set once the backend is connected.
     let (db, pid, started) = unsafe { (pg_sys::MyDatabaseId, pg_sys::MyProcPid, pg_sys::MyStartTimestamp) };
+    let Some(mailbox) = shmem::my_mailbox() else { StreamsError::DeliveryNotRecorded { worker: false }.raise() };
+    let sequence = mailbox.request(db.to_u32(), subscription, (pid, started), lease, ranges);
+    let pending = Pending { subscription, sequence, ranges: ranges.to_vec(), segments: None };
+    PENDING.with(|p| *p.borrow_mut() = Some(pending));
+}
+
+/// As [`submit`], and wait until the worker committed (55000 when it
+/// cannot, or on interrupts): a lease must be written down before the
+/// subscription is let go.
+pub(super) fn record(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i64, i64)]) {
+    submit(subscription, lease, ranges);
+    PENDING.with(|p| {
+        if let Some(pending) = p.borrow_mut().as_mut() {
+            wait_for(pending.sequence);
+            pending.sequence = 0;
+        }
+    });
+}
+
+/// Wait until the worker committed request `sequence` of this backend.
+fn wait_for(sequence: u64) {
+    // SAFETY: a plain read of a backend global set once it is connected.
+    let db = unsafe { pg_sys::MyDatabaseId };
     let (Some(entry), Some(mailbox)) = (shmem::find_db(db), shmem::my_mailbox()) else {
         StreamsError::DeliveryNotRecorded { worker: false }.raise()
     };
-    let sequence = mailbox.request(db.to_u32(), subscription, (pid, started), lease, ranges);
     let asked = Instant::now();
     let mut without_worker: Option<Instant> = None;
     loop {
@@ -129,6 +168,40 @@ pub(super) fn record(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i6
         }
         pg_sys::check_for_interrupts!();
     }
+}
+
+/// `streams._attempt(position)`: the delivery attempt of an event this
+/// backend's last poll claimed (NULL for any other). The first call waits
+/// until the worker committed that poll's delivery, then reads its
+/// segments: `streams.poll` calls it on each event once it read them all,
+/// so that the worker's flush and the read overlap and no event is
+/// returned before its delivery is written down.
+#[pg_extern(sql = false)]
+fn _attempt(position: i64) -> Option<i32> {
+    PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        let pending = p.as_mut()?;
+        if !pending.ranges.iter().any(|&(after, through)| after < position && position <= through) {
+            return None;
+        }
+        if pending.segments.is_none() {
+            if pending.sequence != 0 {
+                wait_for(pending.sequence);
+                pending.sequence = 0;
+            }
+            let (subscription, ranges) = (pending.subscription, &pending.ranges);
+            pending.segments = Some(super::as_owner(|client| {
+                let mut segments = Vec::new();
+                for &(after, through) in ranges {
+                    segments.extend(overlapping(client, subscription, after, through)?);
+                }
+                Ok(segments)
+            }));
+        }
+        // A gap (never: the delivery was just written) is a first attempt.
+        let segments = pending.segments.as_deref().unwrap_or_default();
+        Some(segments.iter().find(|s| s.low < position && position <= s.high).map_or(1, |s| s.attempts))
+    })
 }
 
 /// The worker's side: write down every request, in the worker's current

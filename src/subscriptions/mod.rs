@@ -58,7 +58,7 @@ use crate::error::{OrRaise, SpiContext, StreamsError};
 use crate::{log::privileges, log::publish};
 use claims::Key;
 use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
-use poll::{fold_finished_chunks, poll_ordered, poll_unordered, with_attempts, Piece, Polled};
+use poll::{fold_finished_chunks, poll_ordered, poll_unordered, Polled};
 use reads::with_latest_snapshot;
 use wait::{horizon_seen_by_transaction, isolation_is_snapshot, wait_duration};
 
@@ -212,15 +212,17 @@ fn _poll(
     wait: Option<Interval>,
 ) -> TableIterator<'static, (name!(stream, String), name!(after, i64), name!(count, i32))> {
     let (stream, pieces, _) = claim(subscription, max_events, wait, tracks_attempts(), None);
-    TableIterator::new(pieces.into_iter().map(move |piece| (stream.clone(), piece.after, piece.count as i32)))
+    TableIterator::new(pieces.into_iter().map(move |(after, count, _)| (stream.clone(), after, count as i32)))
 }
 
 /// `streams._claim(subscription, max_events, wait, lease)`: claim the next
-/// events, in one row: the subscription's pattern, the `(after, through]`
-/// ranges of positions holding them (in order) and each range's delivery
-/// attempt, written down before it returns; with `lease`, claimed for
-/// that long under the lease id returned. `streams.poll` reads the events
-/// of the ranges in its next statement.
+/// events, in one row: the `[low, high)` range of stream names the
+/// subscription's pattern selects and the `(after, through]` ranges of
+/// positions holding its events, in order, their delivery on its way to
+/// being written down (`streams._attempt` waits for it); with `lease`,
+/// claimed for that long under the lease id returned, and written down
+/// before it returns. `streams.poll` reads the events in its next
+/// statement.
 #[allow(clippy::type_complexity)] // the SQL row, spelled out for pgrx
 #[pg_extern(sql = false)]
 fn _claim(
@@ -231,31 +233,33 @@ fn _claim(
 ) -> TableIterator<
     'static,
     (
-        name!(stream, String),
+        name!(stream_low, String),
+        name!(stream_high, String),
         name!(afters, Vec<i64>),
         name!(throughs, Vec<i64>),
-        name!(attempts, Vec<i32>),
         name!(lease, Option<i64>),
     ),
 > {
     let lease = lease.map(|l| leases::duration(&l));
-    let (stream, mut pieces, lease) = claim(subscription, max_events, wait, true, lease);
-    pieces.sort_unstable_by_key(|piece| piece.after);
-    let afters = pieces.iter().map(|piece| piece.after).collect();
-    let throughs = pieces.iter().map(|piece| piece.through).collect();
-    let attempts = pieces.iter().map(|piece| piece.attempt).collect();
-    TableIterator::once((stream, afters, throughs, attempts, lease))
+    let (pattern, mut claimed, lease) = claim(subscription, max_events, wait, true, lease);
+    let (low, high) = parse_stream_selector(&pattern).or_raise().name_range();
+    claimed.sort_unstable();
+    let afters = claimed.iter().map(|&(after, _, _)| after).collect();
+    let throughs = claimed.iter().map(|&(_, _, through)| through).collect();
+    TableIterator::once((low, high, afters, throughs, lease))
 }
 
-/// Claim the next events: the subscription's pattern and the pieces of
-/// positions holding them, each delivered for the same attempt.
+/// Claim the next events: the subscription's pattern, the `(after, count,
+/// through]` ranges holding them and the lease id. With `attempts`, their
+/// delivery is submitted to the worker (written down before returning
+/// when leased).
 fn claim(
     subscription: Option<&str>,
     max_events: Option<i32>,
     wait: Option<Interval>,
     attempts: bool,
     lease: Option<Duration>,
-) -> (String, Vec<Piece>, Option<i64>) {
+) -> (String, Vec<(i64, i64, i64)>, Option<i64>) {
     // The readers' lock order first: an upgrade step takes it too.
     crate::log::catalog::lock_for_reading();
     let name = subscription.ok_or(StreamsError::NullArgument("subscription")).or_raise();
@@ -308,25 +312,20 @@ fn claim(
     };
     let (claimed, release_token) = claimed;
     if !attempts {
-        let pieces =
-            claimed.into_iter().map(|(after, count, through)| Piece { after, through, count, attempt: 1 }).collect();
-        return (subscription.stream, pieces, None);
+        return (subscription.stream, claimed, None);
     }
     let deliveries: Vec<(i64, i64)> = claimed.iter().map(|&(after, _, through)| (after, through)).collect();
     let lease = lease.filter(|_| !claimed.is_empty()).map(|for_| (leases::new_id(), for_.as_micros() as i64));
-    attempts::record(subscription.id, lease, &deliveries);
+    if lease.is_some() {
+        attempts::record(subscription.id, lease, &deliveries);
+    } else {
+        attempts::submit(subscription.id, lease, &deliveries);
+    }
     if release_token {
         // The lease holds the events now, not this transaction.
         claims::unlock(subscription.id, Key::Token, claims::Hold::Exclusive);
     }
-    let pieces = as_owner(|client| {
-        let mut pieces = Vec::with_capacity(claimed.len());
-        for &range in &claimed {
-            pieces.extend(with_attempts(client, &subscription, range)?);
-        }
-        Ok(pieces)
-    });
-    (subscription.stream, pieces, lease.map(|l| l.0))
+    (subscription.stream, claimed, lease.map(|l| l.0))
 }
 
 /// `streams.ack(subscription, through)`: what this transaction polled up to

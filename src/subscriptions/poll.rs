@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::claims::{self, Hold, Key, CHUNK_WIDTH};
 use super::failures::{self, Head};
 use super::reads::{read_position, with_latest_snapshot};
-use super::{attempts, wait};
+use super::wait;
 use super::{Subscription, MAX_CHUNKS_PER_POLL};
 use crate::error::StreamsError;
 
@@ -144,55 +144,6 @@ pub(super) fn poll_ordered(
 pub(super) fn is_event_of(client: &mut SpiClient<'_>, sub: &Subscription, position: i64) -> SpiResult<bool> {
     let horizon = wait::horizon_seen_by_transaction();
     Ok(position <= horizon && next_events(client, sub, position - 1, position, 1)?.0 == 1)
-}
-
-/// Claimed events that are one delivery attempt: the subscription's
-/// `count` events in `(after, through]`.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Piece {
-    pub after: i64,
-    pub through: i64,
-    pub count: i64,
-    pub attempt: i32,
-}
-
-/// The parts of `(after, through]` (holding `count` of the subscription's
-/// events) delivered for the same attempt, read after the worker wrote
-/// this poll's delivery down.
-pub(super) fn with_attempts(
-    client: &mut SpiClient<'_>,
-    sub: &Subscription,
-    (after, count, through): (i64, i64, i64),
-) -> SpiResult<Vec<Piece>> {
-    let segments = attempts::overlapping(client, sub.id, after, through)?;
-    if let [only] = segments.as_slice() {
-        if only.low <= after && only.high >= through {
-            return Ok(vec![Piece { after, through, count, attempt: only.attempts }]);
-        }
-    }
-    // Cut at every segment boundary; a gap (never: the delivery was just
-    // written) counts as a first attempt.
-    let mut bounds: Vec<(i64, i64, i32)> = Vec::new();
-    let mut cursor = after;
-    for segment in &segments {
-        let (low, high) = (segment.low.max(after), segment.high.min(through));
-        if low > cursor {
-            bounds.push((cursor, low, 1));
-        }
-        bounds.push((low, high, segment.attempts));
-        cursor = high;
-    }
-    if cursor < through {
-        bounds.push((cursor, through, 1));
-    }
-    let mut pieces = Vec::with_capacity(bounds.len());
-    for (low, high, attempt) in bounds {
-        let (n, _, _) = next_events(client, sub, low, high, count)?;
-        if n > 0 {
-            pieces.push(Piece { after: low, through: high, count: n, attempt });
-        }
-    }
-    Ok(pieces)
 }
 
 /// An unordered subscription: take the lowest events of chunks no other
