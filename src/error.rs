@@ -107,7 +107,7 @@ pub enum StreamsError {
     InvalidKeyPath { key: String, reason: &'static str },
     /// on_dead_letter other than 'hold' or 'skip'.
     InvalidOnDeadLetter(String),
-    /// A retry feature asked of an unordered subscription.
+    /// A lease asked of a subscription not ordered in one sequence.
     NeedsOrdered { function: &'static str, subscription: String },
     /// A webhook URL that is malformed, not http(s), or names a host the
     /// address policy refuses.
@@ -414,8 +414,7 @@ impl StreamsError {
                 format!("{function}: subscription \"{subscription}\" is not ordered in one sequence"),
             )
             .hint(
-                "nack and max_attempts need an ordered subscription (ordered => true, the default, with or without a \
-                 key); a lease needs one without a key.",
+                "a lease needs an ordered subscription without a key (ordered => true, the default).",
             ),
             StreamsError::BackoffOrder => {
                 described(ERRCODE_INVALID_PARAMETER_VALUE, "backoff_min must not be greater than backoff_max")

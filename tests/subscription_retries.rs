@@ -3,9 +3,9 @@
 //! a commit without ack, a terminated or SIGKILLed backend, a server crash);
 //! an event delivered `max_attempts` times without an ack is parked in
 //! `streams.dead_letters` and the subscription moves past it. `nack` puts an
-//! event off (ordered: the whole subscription waits), for retry_after or the
-//! subscription's backoff; dead letters are retried or discarded by their
-//! owner only. Also: create_subscription's if_not_exists, alter_subscription,
+//! event off (ordered: the whole subscription waits; unordered: that event
+//! alone), for retry_after or the subscription's backoff; dead letters are
+//! retried or discarded by their owner only. Also: create_subscription's if_not_exists, alter_subscription,
 //! the view's retry columns, and bad arguments.
 #![cfg(feature = "integration")]
 
@@ -770,4 +770,117 @@ fn a_dead_letter_discarded_before_the_subscription_moved_past_it_is_not_delivere
     assert_eq!(deliveries(&mut c, "early", 10), [at(p[1], 1)], "the next event, never the discarded one");
     c.batch_execute(&format!("SELECT streams.ack('early', {}); COMMIT", p[1])).unwrap();
     assert_eq!(retries(&mut c, "early").parked, 0);
+}
+
+// --- competing consumers (unordered) -------------------------------------------------
+
+/// An unordered subscription counts attempts the same way: a poison event
+/// polled alone and rolled back three times is parked by the next poll,
+/// which goes on with the events after it in its chunk.
+#[test]
+fn an_unordered_poison_event_is_parked_after_its_third_attempt() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    c.batch_execute(&format!(
+        "{EFFECTS};
+         SELECT streams.create_subscription('{POISONED}', 'orders', after => 0, ordered => false, max_attempts => 3)"
+    ))
+    .unwrap();
+    let events = publish_events(&mut c, "orders", 11, 11);
+    let poison = events[5];
+    let attempts = consume_around_poison(db.connect(), &events, poison, fail_by_rollback);
+    assert_poison_parked(&mut c, &events, poison, &attempts);
+}
+
+/// Competing consumers nack a failing event and ack the rest of their
+/// batch: the others take effect once each, at their first attempt; the
+/// failing one comes again (to whichever consumer polls it: it is not held
+/// back behind its chunk) until it is parked at max_attempts.
+#[test]
+fn competing_consumers_nack_a_failing_event_and_process_the_rest_once() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    c.batch_execute(&format!(
+        "{EFFECTS};
+         SELECT streams.create_subscription('jobs', 'orders', after => 0, ordered => false, max_attempts => 2)"
+    ))
+    .unwrap();
+    let events = publish_events(&mut c, "orders", 20, 20);
+    let poison = events[7];
+    let mut consumers = [db.connect(), db.connect()];
+    let mut poison_attempts = Vec::new();
+    let mut turn = 0;
+    wait_until("the consumers are past every event", Duration::from_secs(60), || {
+        let consumer = &mut consumers[turn % 2];
+        turn += 1;
+        consumer.batch_execute("BEGIN").unwrap();
+        let got = deliveries(consumer, "jobs", 5);
+        for d in &got {
+            if d.position == poison {
+                poison_attempts.push(d.attempt);
+                consumer
+                    .batch_execute(&format!(
+                        "SELECT streams.nack('jobs', {poison}, retry_after => '0', reason => 'bad')"
+                    ))
+                    .unwrap();
+            } else {
+                consumer
+                    .batch_execute(&format!("INSERT INTO public.effects VALUES ({}, {})", d.position, d.attempt))
+                    .unwrap();
+            }
+        }
+        if let Some(last) = got.last() {
+            ack(consumer, "jobs", last.position);
+        }
+        consumer.batch_execute("COMMIT").unwrap();
+        got.is_empty() && effects(&mut c).len() == 19 && !parked_attempts(&mut c, "jobs").is_empty()
+    });
+    assert_eq!(poison_attempts, [1, 2], "the failing event's attempts");
+    assert_eq!(dead_letters(&mut c, "jobs"), [parked(poison, 2, Some("bad"), Some("bad"))]);
+    let good: Vec<(i64, i32)> = events.iter().filter(|&&p| p != poison).map(|&p| (p, 1)).collect();
+    assert_eq!(effects(&mut c), good, "every other event took effect once, at its first attempt");
+    assert_eq!(retries(&mut c, "jobs").retrying, 0, "nothing is waiting for a retry");
+}
+
+/// A nacked event of an unordered subscription does not hold the others:
+/// the rest of its batch is acked, later events come at once, and it comes
+/// again only after its retry time (the database's own timestamps), as its
+/// second attempt. After a failed transaction only the same session may
+/// nack it.
+#[test]
+fn an_unordered_nacked_event_comes_again_after_its_retry_time_and_holds_nothing() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    c.batch_execute("SELECT streams.create_subscription('pool', 'orders', after => 0, ordered => false)").unwrap();
+    let p = publish_events(&mut c, "orders", 3, 3);
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(deliveries(&mut c, "pool", 10), [at(p[0], 1), at(p[1], 1), at(p[2], 1)]);
+    c.batch_execute(&format!("SELECT streams.nack('pool', {}, retry_after => '1 second')", p[1])).unwrap();
+    let nacked_at = transaction_time(&mut c);
+    ack(&mut c, "pool", p[2]);
+    c.batch_execute("COMMIT").unwrap();
+    let later = publish_events(&mut c, "orders", 1, 1)[0];
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(deliveries(&mut c, "pool", 10), [at(later, 1)], "a later event comes at once, the nacked one not yet");
+    ack(&mut c, "pool", later);
+    c.batch_execute("COMMIT").unwrap();
+    let (got, after) = poll_until_delivered(&mut c, "pool", 10, &nacked_at);
+    assert_eq!(got, [at(p[1], 2)], "the nacked event, as its second attempt");
+    assert!(after >= 1.0, "redelivered {after} s after the nack, before retry_after (1 s)");
+    c.batch_execute("ROLLBACK").unwrap();
+
+    // Its transaction failed: another session may not nack it, the same may.
+    let mut other = db.connect();
+    fails_with(&mut other, &format!("SELECT streams.nack('pool', {})", p[1]), "55000");
+    // The error comes before its transaction's end lets go of the chunk.
+    other.batch_execute("SELECT").unwrap();
+    c.batch_execute(&format!("SELECT streams.nack('pool', {}, retry_after => '0', reason => 'again')", p[1])).unwrap();
+    let d = next_delivery(&mut c, "pool");
+    assert_eq!(d, at(p[1], 3), "the nacked event, as its third attempt");
+    ack(&mut c, "pool", p[1]);
+    c.batch_execute("COMMIT").unwrap();
+    assert_eq!(retries(&mut c, "pool").retrying, 0, "acked: no failure left");
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(deliveries(&mut c, "pool", 10), NOTHING, "every event processed");
+    c.batch_execute("COMMIT").unwrap();
 }

@@ -109,10 +109,17 @@ pub(super) fn submit(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i6
     crate::require_preload().or_raise();
     // SAFETY: plain reads of backend globals set once the backend is connected.
     let (db, pid, started) = unsafe { (pg_sys::MyDatabaseId, pg_sys::MyProcPid, pg_sys::MyStartTimestamp) };
-    let Some(mailbox) = shmem::my_mailbox() else { StreamsError::DeliveryNotRecorded { worker: false }.raise() };
+    let (Some(entry), Some(mailbox)) = (shmem::find_db(db), shmem::my_mailbox()) else {
+        StreamsError::DeliveryNotRecorded { worker: false }.raise()
+    };
     let sequence = mailbox.request(db.to_u32(), subscription, (pid, started), lease, ranges);
     let pending = Pending { subscription, sequence, ranges: ranges.to_vec(), segments: None };
     PENDING.with(|p| *p.borrow_mut() = Some(pending));
+    // Now, so that the worker writes while the poll reads (no worker: the
+    // wait notices).
+    if entry.is_for(db) {
+        entry.wake_for_deliveries();
+    }
 }
 
 /// As [`submit`], and wait until the worker committed (55000 when it

@@ -100,7 +100,8 @@ pub(super) fn park(
 
 /// The first event in `(after, through]` with a failure (waiting for its
 /// retry, or parked): a delivery of an ordered subscription stops before
-/// it, so that it is never handed out early, and never out of order.
+/// it, so that it is never handed out early, and never out of order (an
+/// unordered one's run of a chunk too, and moves past it at its head).
 pub(super) fn first_failing(client: &mut SpiClient<'_>, sub: i32, after: i64, through: i64) -> SpiResult<Option<i64>> {
     let args: [DatumWithOid; 3] = [sub.into(), after.into(), through.into()];
     with_latest_snapshot(|| {
@@ -138,6 +139,45 @@ pub(super) fn due_put_back(client: &mut SpiClient<'_>, sub: i32, position: i64) 
             &args,
         )?;
         super::reads::first_value(rows)
+    })
+}
+
+/// Up to `limit` failed events of an unordered subscription that are due
+/// and that an ack moved past (below the position, or in the processed
+/// part of their chunk): nacked ones, and dead letters put back.
+pub(super) fn due_unordered(client: &mut SpiClient<'_>, sub: i32, limit: i64) -> SpiResult<Vec<i64>> {
+    let args: [DatumWithOid; 2] = [sub.into(), limit.into()];
+    with_latest_snapshot(|| {
+        client
+            .select_kept(
+                "SELECT f.position FROM streams.subscription_failures f
+                 JOIN streams.subscription_state s ON s.id = f.subscription
+                 LEFT JOIN streams.subscription_progress p
+                        ON p.subscription = f.subscription AND p.chunk = streams._chunk(f.position)
+                 WHERE f.subscription = $1 AND f.parked_at IS NULL AND NOT f.discarded
+                   AND (f.retry_at IS NULL OR f.retry_at <= pg_catalog.clock_timestamp())
+                   AND (f.position <= s.position OR f.position <= p.done_through)
+                 ORDER BY f.position LIMIT $2",
+                None,
+                &args,
+            )?
+            .map(|row| row.get::<i64>(1).map(|p| p.unwrap_or(0)))
+            .collect()
+    })
+}
+
+/// How long until the next failed event of the subscription is due (one
+/// due already waits for its chunk's holder, whose end wakes the pollers).
+pub(super) fn next_retry(client: &mut SpiClient<'_>, sub: i32) -> SpiResult<Option<Duration>> {
+    with_latest_snapshot(|| {
+        let rows = client.select_kept(
+            "SELECT (pg_catalog.date_part('epoch', pg_catalog.min(f.retry_at) - pg_catalog.clock_timestamp()) * 1e6)::bigint
+             FROM streams.subscription_failures f
+             WHERE f.subscription = $1 AND f.parked_at IS NULL AND f.retry_at > pg_catalog.clock_timestamp()",
+            None,
+            &[sub.into()],
+        )?;
+        Ok(rows.first().get::<i64>(1)?.map(|us| Duration::from_micros(us.max(1) as u64)))
     })
 }
 

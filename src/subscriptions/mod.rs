@@ -296,7 +296,7 @@ fn claim(
             } else if subscription.ordered {
                 poll_ordered(client, &subscription, horizon, max_events as i64, attempts, lease.is_some())
             } else {
-                poll_unordered(client, &subscription, horizon, max_events as i64)
+                poll_unordered(client, &subscription, horizon, max_events as i64, attempts)
             }
         });
         let Polled { ranges, due_in, release_token } = polled;
@@ -387,8 +387,13 @@ fn _ack(subscription: Option<&str>, through: Option<i64>) {
             )?;
         }
         if tracks {
+            // Nacked events stay failed (an ack moves the chunk past them:
+            // they come again as put-backs); the others succeeded.
+            let nacked = claims::nacked(subscription.id);
             for claim in claimed.iter().filter(|c| c.low < through) {
-                attempts::settle(client, subscription.id, claim.low, claim.high.min(through), &[])?;
+                let high = claim.high.min(through);
+                attempts::settle(client, subscription.id, claim.low, high, &nacked)?;
+                failures::forget(client, subscription.id, claim.low, high, &nacked)?;
             }
         }
         fold_finished_chunks(client, &subscription, horizon)

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::claims::{self, Hold, Key, CHUNK_WIDTH};
 use super::failures::{self, Head};
 use super::reads::{read_position, with_latest_snapshot};
-use super::wait;
+use super::{attempts, wait};
 use super::{Subscription, MAX_CHUNKS_PER_POLL};
 use crate::error::StreamsError;
 
@@ -147,22 +147,129 @@ pub(super) fn is_event_of(client: &mut SpiClient<'_>, sub: &Subscription, positi
 }
 
 /// An unordered subscription: take the lowest events of chunks no other
-/// transaction holds, at most [`MAX_CHUNKS_PER_POLL`] chunks.
+/// transaction holds, at most [`MAX_CHUNKS_PER_POLL`] chunks. With
+/// `attempts` (a database at 0.3.0), failed events that are due again
+/// come first, each a delivery of its own, and a chunk's events stop
+/// before one that must not be delivered yet (see [`Blocker`]).
 pub(super) fn poll_unordered(
     client: &mut SpiClient<'_>,
     sub: &Subscription,
     horizon: i64,
     max: i64,
+    attempts: bool,
 ) -> SpiResult<Polled> {
     // Shared: other pollers go on; a seek or drop in progress keeps us out.
     if !claims::try_lock(sub.id, Key::Token, Hold::Shared) {
         return Ok(Polled::default());
     }
-    let ranges = poll_chunks(client, sub, horizon, max)?;
+    let mut ranges = if attempts { unordered_put_backs(client, sub, max)? } else { Vec::new() };
+    if ranges.is_empty() {
+        ranges = poll_chunks(client, sub, horizon, max, attempts)?;
+    }
     if ranges.is_empty() {
         claims::unlock(sub.id, Key::Token, Hold::Shared);
+        let due_in = if attempts { failures::next_retry(client, sub.id)? } else { None };
+        return Ok(Polled { due_in, ..Polled::default() });
     }
     Ok(Polled { ranges, ..Polled::default() })
+}
+
+/// Failed events an ack moved past (nacked, or dead letters put back)
+/// that are due: each claimed under its chunk's lock, at most `max`.
+fn unordered_put_backs(client: &mut SpiClient<'_>, sub: &Subscription, max: i64) -> SpiResult<Vec<(i64, i64, i64)>> {
+    let mine = claims::of(sub.id);
+    let mut ranges = Vec::new();
+    for event in failures::due_unordered(client, sub.id, max.min(MAX_CHUNKS_PER_POLL as i64))? {
+        if mine.iter().any(|c| c.low < event && event <= c.high) {
+            continue; // polled by this transaction already
+        }
+        let chunk = Key::Chunk(claims::chunk_of(event));
+        if claims::claimed_through(sub.id, chunk).is_none() && !claims::try_lock(sub.id, chunk, Hold::Exclusive) {
+            continue;
+        }
+        match failures::head(client, sub, event)? {
+            Head::Park { attempts } => failures::park(client, sub.id, event, attempts, None)?,
+            Head::Deliver => {
+                claims::add(sub.id, Key::PutBack, event - 1, event, 1);
+                ranges.push((event - 1, 1, event));
+            }
+            Head::Parked | Head::Wait(_) => {}
+        }
+    }
+    Ok(ranges)
+}
+
+/// What stops a run of a chunk's events in an unordered subscription: a
+/// failed event waiting for its retry time, parked or discarded (moved
+/// past at the head of the run: it comes again as a put-back, or never),
+/// or one whose attempts are used up (parked at the head).
+enum Blocker {
+    Settled(i64),
+    Spent(i64, i32),
+}
+
+impl Blocker {
+    fn position(&self) -> i64 {
+        match self {
+            Blocker::Settled(p) | Blocker::Spent(p, _) => *p,
+        }
+    }
+}
+
+/// The first blocker among `events` (in order, in `(low, last]`).
+fn first_blocker(client: &mut SpiClient<'_>, sub: &Subscription, events: &[i64]) -> SpiResult<Option<Blocker>> {
+    let (Some(&first), Some(&last)) = (events.first(), events.last()) else { return Ok(None) };
+    let settled = failures::first_failing(client, sub.id, first - 1, last)?;
+    let mut spent = None;
+    if let Some(max) = sub.max_attempts {
+        let upto = settled.unwrap_or(last);
+        for segment in attempts::overlapping(client, sub.id, first - 1, upto)? {
+            if segment.attempts >= max {
+                if let Some(&event) = events.iter().find(|&&e| segment.low < e && e <= segment.high) {
+                    spent = Some(Blocker::Spent(event, segment.attempts));
+                    break;
+                }
+            }
+        }
+    }
+    Ok(match (settled, spent) {
+        (Some(p), Some(s)) if s.position() < p => Some(s),
+        (Some(p), _) => Some(Blocker::Settled(p)),
+        (None, s) => s,
+    })
+}
+
+/// Cut a chunk's run of `events` after `low` before its first blocker,
+/// moving the chunk's progress past blockers at its head (parking the
+/// spent ones) in this transaction: `(low, events)` left to claim.
+fn unblocked_run(
+    client: &mut SpiClient<'_>,
+    sub: &Subscription,
+    chunk: i64,
+    mut low: i64,
+    mut events: Vec<i64>,
+) -> SpiResult<(i64, Vec<i64>)> {
+    while let Some(blocker) = first_blocker(client, sub, &events)? {
+        let at = blocker.position();
+        if events.first().is_some_and(|&e| e < at) {
+            events.retain(|&e| e < at);
+            break;
+        }
+        if let Blocker::Spent(event, attempts) = blocker {
+            failures::park(client, sub.id, event, attempts, None)?;
+        }
+        low = at;
+        events.retain(|&e| e > at);
+        let args: [DatumWithOid; 3] = [sub.id.into(), chunk.into(), low.into()];
+        client.update_kept(
+            "INSERT INTO streams.subscription_progress AS p (subscription, chunk, done_through, acked_at)
+             VALUES ($1, $2, $3, pg_catalog.now())
+             ON CONFLICT (subscription, chunk) DO UPDATE SET done_through = GREATEST(p.done_through, excluded.done_through)",
+            None,
+            &args,
+        )?;
+    }
+    Ok((low, events))
 }
 
 fn poll_chunks(
@@ -170,6 +277,7 @@ fn poll_chunks(
     sub: &Subscription,
     horizon: i64,
     max: i64,
+    attempts: bool,
 ) -> SpiResult<Vec<(i64, i64, i64)>> {
     let held = claims::chunks_claimed();
     if held >= claims::MAX_CHUNKS_PER_TRANSACTION {
@@ -178,8 +286,8 @@ fn poll_chunks(
     let lockable = MAX_CHUNKS_PER_POLL.min(claims::MAX_CHUNKS_PER_TRANSACTION - held);
     let position = read_position(client, sub.id)?;
     let page = (max * 2).max(100);
-    // (chunk, low, last position taken, count), in the order first taken.
-    let mut taken: Vec<(i64, i64, i64, i64)> = Vec::new();
+    // (chunk, low, the events taken), in the order first taken.
+    let mut taken: Vec<(i64, i64, Vec<i64>)> = Vec::new();
     let mut locked_here: Vec<i64> = Vec::new();
     let mut total = 0;
     let mut cursor = position;
@@ -209,14 +317,13 @@ fn poll_chunks(
                         }
                         continue 'scan;
                     };
-                    taken.push((chunk, low, low, 0));
+                    taken.push((chunk, low, Vec::new()));
                     taken.len() - 1
                 }
             };
             let entry = &mut taken[index];
-            if event > entry.2 {
-                entry.2 = event;
-                entry.3 += 1;
+            if event > entry.2.last().copied().unwrap_or(entry.1) {
+                entry.2.push(event);
                 total += 1;
                 if total == max {
                     break 'scan;
@@ -228,13 +335,15 @@ fn poll_chunks(
         }
     }
     let mut claimed = Vec::new();
-    for (chunk, low, last, count) in taken {
-        if count == 0 {
+    for (chunk, low, events) in taken {
+        let (low, events) = if attempts { unblocked_run(client, sub, chunk, low, events)? } else { (low, events) };
+        let Some(&last) = events.last() else {
             if locked_here.contains(&chunk) {
                 claims::unlock(sub.id, Key::Chunk(chunk), Hold::Exclusive);
             }
             continue;
-        }
+        };
+        let count = events.len() as i64;
         claims::add(sub.id, Key::Chunk(chunk), low, last, count);
         claimed.push((low, count, last));
     }

@@ -87,9 +87,6 @@ fn _create_subscription_with_retries(
         "skip" => true,
         other => StreamsError::InvalidOnDeadLetter(other.to_owned()).raise(),
     };
-    if !ordered && settings.max_attempts.is_some() {
-        StreamsError::NeedsOrdered { function: "streams.create_subscription", subscription: name.to_owned() }.raise();
-    }
     if if_not_exists {
         if let Some(existing) = named(name).into_iter().find(|n| n.own) {
             let differs = if existing.stream != stream {
@@ -142,9 +139,6 @@ fn _alter_subscription(
     let settings = RetrySettings::from_arguments(max_attempts, backoff_min, backoff_max);
     let subscription = open(name);
     refuse_webhook(&subscription);
-    if !subscription.ordered && settings.max_attempts.is_some() {
-        StreamsError::NeedsOrdered { function: "streams.alter_subscription", subscription: subscription.name }.raise();
-    }
     let min = settings.backoff_min.map_or(subscription.backoff_min_us, |d| d.as_micros() as i64);
     let max = settings.backoff_max.map_or(subscription.backoff_max_us, |d| d.as_micros() as i64);
     if min > max {

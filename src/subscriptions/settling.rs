@@ -36,9 +36,6 @@ fn _nack(
     }
     let sub = open(name);
     refuse_webhook(&sub);
-    if !sub.ordered {
-        StreamsError::NeedsOrdered { function: "streams.nack", subscription: sub.name.clone() }.raise();
-    }
     let refuse =
         |why: &'static str| StreamsError::NackNotDelivered { subscription: sub.name.clone(), position, reason: why };
     if let Some(lease) = lease {
@@ -51,6 +48,9 @@ fn _nack(
         let locked = if sub.key_path.is_some() {
             claims::try_lock(sub.id, Key::Token, Hold::Shared)
                 && as_owner(|client| super::keyed::lock_key_of(client, &sub, position)).is_some()
+        } else if !sub.ordered {
+            claims::try_lock(sub.id, Key::Token, Hold::Shared)
+                && claims::try_lock(sub.id, Key::Chunk(claims::chunk_of(position)), Hold::Exclusive)
         } else {
             claims::try_lock(sub.id, Key::Token, Hold::Exclusive)
         };
