@@ -213,7 +213,7 @@ $$;
 -- path into data ('order_id', 'customer.id') or '$stream': one
 -- transaction at a time per key, keys in parallel. max_attempts:
 -- deliveries of an event before it is parked as a dead letter (NULL: no
--- limit; ordered subscriptions); backoff_min/backoff_max: the delay before
+-- limit); backoff_min/backoff_max: the delay before
 -- a nacked event comes again; on_dead_letter: per key, whether a dead
 -- letter holds its key ('hold') or not ('skip'). 42710 if the name exists
 -- (if_not_exists => true: unless it is the same pattern and ordering),
@@ -305,7 +305,8 @@ $$;
 -- streams.nack(subscription, position, retry_after, reason) -> void
 -- The event failed: deliver it again not before retry_after (NULL: the
 -- subscription's backoff), recording the reason. In the transaction that
--- polled it (an ack there stops before it), or after that transaction
+-- polled it (an ordered ack there stops before it; an unordered one goes
+-- on, and the event comes again by itself), or after that transaction
 -- failed, from the same session, until it is delivered again; or, with
 -- lease, from any session while the lease is live (the lease ends: its
 -- events not acked come again). At its last attempt it is parked as a dead

@@ -11,7 +11,9 @@
 //!   per key with one event whose key is longer than a btree entry: every
 //!   ack of a poll that returned it fails, so the events of the other keys
 //!   polled with it use up their attempts and are parked as dead letters,
-//!   and `discard_dead_letter` cannot remove it either.
+//!   and `discard_dead_letter` cannot remove it either;
+//! * and one that held from the start: `streams._attempt`, callable by
+//!   PUBLIC, tells nothing of another session's poll.
 
 mod common;
 
@@ -122,4 +124,32 @@ fn a_huge_key_does_not_poison_the_other_keys_of_a_keyed_subscription() {
             discard.err().map(|d| sqlstate(&d))
         );
     }
+}
+
+/// `streams._attempt`, which PUBLIC may call (poll asks it once per event),
+/// answers from the calling backend's own last poll only: a stranger asking
+/// for the positions another role's open poll claimed gets NULL, and the
+/// stranger's own poll of its own subscription answers for its own events.
+#[test]
+fn attempt_tells_a_stranger_nothing_of_another_sessions_poll() {
+    let db = TestDb::new();
+    let (consumer, publisher, mut owner) = two_roles(&db);
+    let mut c = db.connect_as(&consumer.name);
+    c.batch_execute("SELECT streams.create_subscription('mine', 'orders', after => 0)").unwrap();
+    let p = publish_events(&mut owner, "orders", 3, 3);
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(poll(&mut c, "mine", 10), p);
+    let mut stranger = db.connect_as(&publisher.name);
+    for &position in &p {
+        let attempt: Option<i32> = stranger.query_one("SELECT streams._attempt($1)", &[&position]).unwrap().get(0);
+        assert_eq!(attempt, None, "the attempt of {position}, polled by another session");
+    }
+    stranger.batch_execute("SELECT streams.create_subscription('theirs', 'orders', after => 0)").unwrap();
+    stranger.batch_execute("BEGIN").unwrap();
+    assert_eq!(poll(&mut stranger, "theirs", 1), [p[0]]);
+    let own: Option<i32> = stranger.query_one("SELECT streams._attempt($1)", &[&p[0]]).unwrap().get(0);
+    let other: Option<i32> = stranger.query_one("SELECT streams._attempt($1)", &[&p[1]]).unwrap().get(0);
+    assert_eq!((own, other), (Some(1), None), "its own poll's event only");
+    stranger.batch_execute("COMMIT").unwrap();
+    c.batch_execute("COMMIT").unwrap();
 }
