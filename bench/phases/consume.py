@@ -1153,8 +1153,9 @@ def _section_attempts(con, w):
         w("")
         return
     w("**Attempt tracking.** Every poll that returns events counts an attempt for each: the database's worker "
-      "writes the delivery down in a transaction of its own, committed and flushed, before the poll returns "
-      "(a leased poll: its lease too). The consumer's backend counts how long its polls waited for that "
+      "writes the delivery down in a transaction of its own, committed and flushed, while the poll reads the "
+      "events, and the poll returns none before that commit (a leased poll waits for it before it reads: its "
+      "lease must be written first). The consumer's backend counts how long its polls still waited for it "
       "(`streams._delivery_waits()`: deliveries, µs waited), read on the consumer's connection before and after "
       "each of the consume throughput runs above; per event, median over the rounds. *Share*: the wait's part "
       "of the run's wall time, what attempt tracking costs a consumer over polling without it.")
