@@ -91,12 +91,7 @@ CREATE TABLE streams.subscription_keys (
 -- and its digest, so that a publisher's huge key can neither exceed an
 -- index entry nor fill a poll's memory.
 CREATE FUNCTION streams._bounded_key(key text) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN pg_catalog.octet_length(key) OPERATOR(pg_catalog.<=) 200 THEN key
-                ELSE 'sha256:'::pg_catalog.text OPERATOR(pg_catalog.||)
-                     pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(key, 'UTF8'::pg_catalog.name)),
-                                       'hex'::pg_catalog.text) END
-$$;
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', '_bounded_key_wrapper';
 
 -- streams._event_key(key_path, stream, data) -> text
 -- The key of an event for a subscription ordered per key: the stream for
@@ -163,7 +158,7 @@ CREATE FUNCTION streams._poll(subscription text, max_events integer, wait interv
 RETURNS TABLE (stream text, after bigint, count integer)
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_poll_wrapper';
 CREATE FUNCTION streams._claim(subscription text, max_events integer, wait interval, lease interval)
-RETURNS TABLE (stream_low text, stream_high text, afters bigint[], throughs bigint[], lease bigint)
+RETURNS TABLE (stream text, prefix text, afters bigint[], throughs bigint[], lease bigint)
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_claim_wrapper';
 -- No SET clause (called once per event returned): its one SQL statement
 -- runs as the extension's owner with search_path pinned in Rust
@@ -272,9 +267,13 @@ LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 
 -- Two statements on purpose: the second one's snapshot sees every claimed
 -- event. The second reads the claimed ranges of positions straight from
 -- the log (as the caller: its row security applies), the events in each
--- of a stream the pattern selects (a range of names, from _claim); only once it read them all (the sort) does it ask each one's
--- attempt, whose first call waits for the worker's commit of the delivery:
--- the flush and the read overlap, and nothing is returned before it.
+-- of a stream the pattern selects; only once it read them all (the sort)
+-- does it ask each one's attempt, whose first call waits for the worker's
+-- commit of the delivery: the flush and the read overlap, and nothing is
+-- returned before it. Each range is read by itself (OFFSET 0: not
+-- flattened), so that even a generic plan scans an index per range: the
+-- (stream, position) one for one stream, the positions for a prefix or
+-- '*' (no wider than the claim's own scan of them).
 CREATE FUNCTION streams.poll(subscription text, max_events integer DEFAULT 100, wait interval DEFAULT '0',
                              lease interval DEFAULT NULL)
 RETURNS TABLE ("position" bigint, stream text, "time" timestamptz, tx xid8, data jsonb, attempt integer,
@@ -285,20 +284,39 @@ DECLARE
     claimed record;
 BEGIN
     SELECT * INTO STRICT claimed FROM streams._claim(poll.subscription, poll.max_events, poll.wait, poll.lease);
-    RETURN QUERY
+    IF claimed.stream IS NOT NULL THEN
+        RETURN QUERY
         SELECT r.position, r.stream, r.time, r.tx, r.data, streams._attempt(r.position), claimed.lease
         FROM (SELECT e.position, e.stream, streams._commit_time(e.position) AS time, e.tx, e.data
               FROM ROWS FROM (pg_catalog.unnest(claimed.afters), pg_catalog.unnest(claimed.throughs))
                    AS c(after, through)
-              -- Each range by itself (OFFSET 0: not flattened), so that even
-              -- a generic plan scans an index per range.
               CROSS JOIN LATERAL (
                   SELECT e.position, e.stream, e.tx, e.data FROM streams.event_log e
                   WHERE e.position > c.after AND e.position <= c.through
-                    AND e.stream >= claimed.stream_low AND e.stream < claimed.stream_high
+                    -- The equality positions the scan of (stream, position) at
+                    -- the range's start, and the redundant range makes a generic
+                    -- plan (which guesses the equality's share from the
+                    -- number of streams) see how narrow it is.
+                    AND e.stream = claimed.stream AND e.stream >= claimed.stream
+                    AND e.stream < claimed.stream OPERATOR(pg_catalog.||) pg_catalog.chr(1)
                   OFFSET 0) e
               ORDER BY e.position OFFSET 0) r
         ORDER BY r.position;
+    ELSE
+        RETURN QUERY
+        SELECT r.position, r.stream, r.time, r.tx, r.data, streams._attempt(r.position), claimed.lease
+        FROM (SELECT e.position, e.stream, streams._commit_time(e.position) AS time, e.tx, e.data
+              FROM ROWS FROM (pg_catalog.unnest(claimed.afters), pg_catalog.unnest(claimed.throughs))
+                   AS c(after, through)
+              CROSS JOIN LATERAL (
+                  SELECT e.position, e.stream, e.tx, e.data FROM streams.event_log e
+                  WHERE e.position > c.after AND e.position <= c.through
+                    AND (claimed.prefix IS NULL
+                         OR pg_catalog.substr(e.stream, 1, pg_catalog.length(claimed.prefix)) = claimed.prefix)
+                  OFFSET 0) e
+              ORDER BY e.position OFFSET 0) r
+        ORDER BY r.position;
+    END IF;
 END
 $$;
 
@@ -451,7 +469,7 @@ COMMENT ON SEQUENCE streams.subscription_ids IS 'Ids of subscriptions (keys of t
 COMMENT ON FUNCTION streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean) IS 'Internal: create_subscription once the start position is known.';
 COMMENT ON FUNCTION streams._seek_subscription(text, bigint) IS 'Internal: seek once the position is known.';
 COMMENT ON FUNCTION streams._poll(text, integer, interval) IS 'Internal: streams._claim without the attempts (the 0.2.0 form, for polls compiled before an update).';
-COMMENT ON FUNCTION streams._claim(text, integer, interval, interval) IS 'Internal: claim the next events of a subscription: the range of stream names its pattern selects and the ranges of positions holding them.';
+COMMENT ON FUNCTION streams._claim(text, integer, interval, interval) IS 'Internal: claim the next events of a subscription: its stream (or prefix) and the ranges of positions holding them.';
 COMMENT ON FUNCTION streams._attempt(bigint) IS 'Internal: the delivery attempt of an event this backend''s last poll claimed, once the worker wrote the delivery down.';
 COMMENT ON FUNCTION streams._chunk(bigint) IS 'Internal: the chunk (1024 positions) of an unordered subscription a position falls in.';
 COMMENT ON FUNCTION streams._claims() IS 'Internal: the events open transactions of this database claimed, per subscription and pid.';

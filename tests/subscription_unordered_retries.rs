@@ -331,9 +331,17 @@ fn a_put_back_acked_by_one_consumer_is_not_delivered_again_to_another() {
 }
 
 /// The statement `streams.poll` reads its claimed ranges with (taken from
-/// the installed function), prepared with the claim's values as parameters
-/// and run under a generic plan: the shared buffers it touched.
-fn generic_read_buffers(c: &mut Client, low: &str, high: &str, afters: &[i64], throughs: &[i64]) -> i64 {
+/// the installed function: `branch` 0 for a subscription to one stream, 1
+/// for a prefix or '*'), prepared with the claim's values as parameters and
+/// run under a generic plan: the shared buffers it touched.
+fn generic_read_buffers(
+    c: &mut Client,
+    branch: usize,
+    stream: Option<&str>,
+    prefix: Option<&str>,
+    afters: &[i64],
+    throughs: &[i64],
+) -> i64 {
     let source: String = c
         .query_one(
             "SELECT prosrc FROM pg_proc WHERE oid = 'streams.poll(text, integer, interval, interval)'::regprocedure",
@@ -341,18 +349,22 @@ fn generic_read_buffers(c: &mut Client, low: &str, high: &str, afters: &[i64], t
         )
         .unwrap()
         .get(0);
-    let start = source.find("RETURN QUERY").expect("RETURN QUERY in streams.poll") + "RETURN QUERY".len();
-    let end = start + source[start..].find(";\nEND").expect("the end of the read");
-    let read = source[start..end]
-        .replace("claimed.stream_low", "$1::text")
-        .replace("claimed.stream_high", "$2::text")
+    let reads: Vec<&str> = source.split("RETURN QUERY").skip(1).collect();
+    assert_eq!(reads.len(), 2, "streams.poll reads with two statements");
+    let read = &reads[branch][..reads[branch].find(';').expect("the end of the read")];
+    let read = read
+        .replace("claimed.stream", "$1::text")
+        .replace("claimed.prefix", "$2::text")
         .replace("claimed.afters", "$3::bigint[]")
         .replace("claimed.throughs", "$4::bigint[]")
         .replace("claimed.lease", "NULL::bigint");
-    c.batch_execute(&format!("SET plan_cache_mode = force_generic_plan; DEALLOCATE ALL; PREPARE poll_read AS {read}"))
+    c.batch_execute(&format!("SET plan_cache_mode = force_generic_plan; DEALLOCATE ALL; PREPARE poll_read(text, text, bigint[], bigint[]) AS {read}"))
         .unwrap();
+    let text_or_null = |v: Option<&str>| v.map_or("NULL".to_owned(), |v| format!("'{v}'"));
     let explain = format!(
-        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE poll_read('{low}', '{high}', '{{{}}}', '{{{}}}')",
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE poll_read({}, {}, '{{{}}}', '{{{}}}')",
+        text_or_null(stream),
+        text_or_null(prefix),
         afters.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(","),
         throughs.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")
     );
@@ -391,16 +403,13 @@ fn the_poll_reads_its_ranges_by_index_in_a_busy_log_under_a_generic_plan() {
     // What the polls claim and read, end to end.
     for (sub, max, expected) in [("rare_u", 100, 16), ("rare_o", 100, 100), ("all_o", 100, 100)] {
         c.batch_execute("BEGIN").unwrap();
-        let started = Instant::now();
         assert_eq!(deliveries(&mut c, sub, max).unwrap().len(), expected, "{sub}");
-        let took = started.elapsed();
         c.batch_execute("ROLLBACK").unwrap();
-        assert!(took < Duration::from_millis(500), "{sub}: a poll took {took:?}");
     }
     // The read itself under a generic plan: the sparse stream over 100,000
     // positions (one range), and every stream over the next 100 positions.
-    let sparse = generic_read_buffers(&mut c, "rare", "rare\u{1}", &[0], &[100_100]);
+    let sparse = generic_read_buffers(&mut c, 0, Some("rare"), None, &[0], &[100_100]);
     assert!(sparse < 300, "100 events of a sparse stream read with {sparse} buffers");
-    let everything = generic_read_buffers(&mut c, "", "\u{7f}", &[100_000], &[100_100]);
+    let everything = generic_read_buffers(&mut c, 1, None, None, &[100_000], &[100_100]);
     assert!(everything < 100, "100 events of '*' read with {everything} buffers (a scan of the whole index?)");
 }

@@ -58,6 +58,26 @@ pub fn key_hash(key: &str) -> u32 {
     key.bytes().fold(0x811c_9dc5u32, |hash, byte| (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193))
 }
 
+/// The longest key kept as it is (bytes); a longer one is kept as its digest.
+pub const KEPT_KEY_BYTES: usize = 200;
+
+/// A key as subscriptions keep it: itself up to [`KEPT_KEY_BYTES`], else
+/// `sha256:` and the hex digest of its bytes, so that a publisher's huge
+/// key can neither exceed an index entry nor fill a poll's memory.
+pub fn bounded_key(key: &str) -> std::borrow::Cow<'_, str> {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write;
+    if key.len() <= KEPT_KEY_BYTES {
+        return std::borrow::Cow::Borrowed(key);
+    }
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for byte in Sha256::digest(key.as_bytes()) {
+        write!(out, "{byte:02x}").expect("writing to a String");
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,5 +98,17 @@ mod tests {
         assert_eq!(key_hash(""), 0x811c_9dc5);
         assert_eq!(key_hash("a"), 0xe40c_292c);
         assert_ne!(key_hash("ord_1"), key_hash("ord_2"));
+    }
+
+    #[test]
+    fn a_key_is_kept_up_to_200_bytes_and_digested_beyond() {
+        let short = "k".repeat(200);
+        assert_eq!(bounded_key(&short), short.as_str());
+        assert_eq!(bounded_key("ord_1"), "ord_1");
+        // sha256 of 201 'k' bytes, as PostgreSQL's sha256() gives it.
+        let long = "k".repeat(201);
+        let kept = bounded_key(&long);
+        assert!(kept.starts_with("sha256:") && kept.len() == 71, "{kept}");
+        assert_eq!(bounded_key("é".repeat(101).as_str()).len(), 71, "202 bytes: digested");
     }
 }

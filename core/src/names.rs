@@ -69,19 +69,6 @@ impl StreamSelector {
             StreamSelector::All => (String::new(), vec![]),
         }
     }
-
-    /// The half-open byte range `[low, high)` of the names selected (for a
-    /// `COLLATE "C"` column): one condition shape for every selector, which
-    /// a generic plan can scan the (stream, position) index with.
-    pub fn name_range(&self) -> (String, String) {
-        match self {
-            // Nothing lies between a name and the name followed by 0x01.
-            StreamSelector::Exact(name) => (name.clone(), format!("{name}\u{1}")),
-            StreamSelector::Prefix { prefix, upper } => (prefix.clone(), upper.clone()),
-            // Every name byte is ASCII below 0x7f.
-            StreamSelector::All => (String::new(), "\u{7f}".to_owned()),
-        }
-    }
 }
 
 /// Parse `name`, `prefix*` or `*`.
@@ -117,18 +104,6 @@ pub fn pattern_matches(pattern: &str, stream: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_name_range_holds_exactly_the_names_selected() {
-        let names = ["a", "a.b", "a.b.c", "a.bc", "a.b:x", "a.c", "b", "z9", "_x", "9lives", "a.b-"];
-        for pattern in ["a.b", "a.b*", "a.*", "*", "z9", "_x"] {
-            let (low, high) = parse_stream_selector(pattern).unwrap().name_range();
-            for name in names {
-                let inside = low.as_str() <= name && name < high.as_str();
-                assert_eq!(inside, pattern_matches(pattern, name), "{pattern} {name}");
-            }
-        }
-    }
 
     #[test]
     fn accepts_names_that_follow_the_rule() {

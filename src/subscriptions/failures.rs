@@ -166,6 +166,23 @@ pub(super) fn due_unordered(client: &mut SpiClient<'_>, sub: i32, limit: i64) ->
     })
 }
 
+/// Whether the failed event at `position` still waits to come again and is
+/// due, seen now: a put-back is listed before its lock is taken, and the
+/// consumer that held it may have processed it in between.
+pub(super) fn still_due(client: &mut SpiClient<'_>, sub: i32, position: i64) -> SpiResult<bool> {
+    let args: [DatumWithOid; 2] = [sub.into(), position.into()];
+    with_latest_snapshot(|| {
+        let rows = client.select_kept(
+            "SELECT EXISTS (SELECT FROM streams.subscription_failures f
+                            WHERE f.subscription = $1 AND f.position = $2 AND f.parked_at IS NULL AND NOT f.discarded
+                              AND (f.retry_at IS NULL OR f.retry_at <= pg_catalog.clock_timestamp()))",
+            None,
+            &args,
+        )?;
+        Ok(super::reads::first_value::<bool>(rows)?.unwrap_or(false))
+    })
+}
+
 /// How long until the next failed event of the subscription is due (one
 /// due already waits for its chunk's holder, whose end wakes the pollers).
 pub(super) fn next_retry(client: &mut SpiClient<'_>, sub: i32) -> SpiResult<Option<Duration>> {

@@ -35,11 +35,21 @@ use super::reads::with_latest_snapshot;
 use super::Subscription;
 use crate::error::StreamsError;
 use crate::shmem::DELIVERY_RANGES;
-use litebase_streams_core::keys::key_hash;
+use litebase_streams_core::keys::{bounded_key, key_hash};
+use pgrx::prelude::*;
 
 /// The most runs of consecutive positions one poll claims (each a range of
 /// the delivery the worker writes down).
 pub(super) const MAX_RUNS: usize = DELIVERY_RANGES;
+
+/// `streams._bounded_key(key)`: a key as subscriptions keep it, itself up
+/// to 200 bytes, else its digest (core's `bounded_key`). In Rust, not SQL:
+/// a SQL body that names its argument three times is not inlined, and
+/// running it per scanned event cost more than all the rest of a poll.
+#[pg_extern(sql = false, immutable, strict, parallel_safe)]
+fn _bounded_key(key: &str) -> String {
+    bounded_key(key).into_owned()
+}
 
 /// The subscription's unprocessed events after `after` (its position) up
 /// to `upto`, with their keys: at most `limit`, in order.
@@ -55,13 +65,15 @@ fn window(
     // fold committed in between only makes some events look unprocessed,
     // and a poll checks each key's first one again after locking it), so
     // that the scan stops at the limit.
+    // Each event's key computed once (OFFSET 0: the lateral subquery is not
+    // flattened into its two uses), the events scanned in position order.
     let sql = format!(
-        "SELECT e.position, streams._event_key($5, e.stream, e.data)
+        "SELECT e.position, k.key
          FROM streams.event_log e
+         CROSS JOIN LATERAL (SELECT streams._event_key($5, e.stream, e.data) AS key OFFSET 0) k
          WHERE e.position > $1 AND e.position <= $2 {filter}
-           AND NOT EXISTS (SELECT FROM streams.subscription_keys k
-                           WHERE k.subscription = $4 AND k.key = streams._event_key($5, e.stream, e.data)
-                             AND k.position >= e.position)
+           AND NOT EXISTS (SELECT FROM streams.subscription_keys s
+                           WHERE s.subscription = $4 AND s.key = k.key AND s.position >= e.position)
          ORDER BY e.position LIMIT $3"
     );
     let key_path = sub.key_path.clone().unwrap_or_default();
@@ -100,38 +112,49 @@ fn put_backs(client: &mut SpiClient<'_>, sub: &Subscription) -> SpiResult<Vec<(i
     })
 }
 
-/// The first unprocessed event of each of `keys`, read with a snapshot
-/// taken now (after their locks).
+/// The first unprocessed event of each of `keys` among the `window`'s
+/// events (all of the subscription's events unprocessed when it was read,
+/// in order), judged by how far the subscription and each key are
+/// processed as read now, with a snapshot taken after their locks: the
+/// previous holder's ack is seen. Nothing new appears inside the window
+/// (it lies below the horizon), and what was processed stays processed.
 fn heads(
     client: &mut SpiClient<'_>,
     sub: &Subscription,
     keys: &[String],
-    upto: i64,
+    window: &[(i64, String)],
 ) -> SpiResult<HashMap<String, i64>> {
     if keys.is_empty() {
         return Ok(HashMap::new());
     }
-    let (filter, values) = sub.selector.sql_condition("e.stream", 5);
-    let sql = format!(
-        "SELECT streams._event_key($3, e.stream, e.data) AS key, pg_catalog.min(e.position)
-         FROM streams.event_log e
-         CROSS JOIN (SELECT s.position AS low FROM streams.subscription_state s WHERE s.id = $2) s
-         LEFT JOIN streams.subscription_keys k
-                ON k.subscription = $2 AND k.key = streams._event_key($3, e.stream, e.data)
-         WHERE e.position > s.low AND e.position <= $1 {filter}
-           AND (k.position IS NULL OR e.position > k.position)
-           AND streams._event_key($3, e.stream, e.data) = ANY ($4)
-         GROUP BY 1"
-    );
-    let key_path = sub.key_path.clone().unwrap_or_default();
-    let mut args: Vec<DatumWithOid> = vec![upto.into(), sub.id.into(), key_path.into(), keys.to_vec().into()];
-    args.extend(values.into_iter().map(DatumWithOid::from));
-    with_latest_snapshot(|| {
+    // One statement, one snapshot: a fold moves the position and drops the
+    // key rows below it in one transaction.
+    let args: [DatumWithOid; 2] = [sub.id.into(), keys.to_vec().into()];
+    let rows: Vec<(i64, Option<String>, Option<i64>)> = with_latest_snapshot(|| {
         client
-            .select_kept(sql.as_str(), None, &args)?
-            .map(|row| Ok((row.get::<String>(1)?.unwrap_or_default(), row.get::<i64>(2)?.unwrap_or(0))))
-            .collect()
-    })
+            .select_kept(
+                "SELECT s.position, k.key, k.position FROM streams.subscription_state s
+                 LEFT JOIN streams.subscription_keys k ON k.subscription = s.id AND k.key = ANY ($2)
+                 WHERE s.id = $1",
+                None,
+                &args,
+            )?
+            .map(|row| -> SpiResult<_> {
+                Ok((row.get::<i64>(1)?.unwrap_or(0), row.get::<String>(2)?, row.get::<i64>(3)?))
+            })
+            .collect::<SpiResult<_>>()
+    })?;
+    let Some(&(low, _, _)) = rows.first() else { StreamsError::UnknownSubscription(sub.name.clone()).raise() };
+    let done: HashMap<String, i64> =
+        rows.into_iter().filter_map(|(_, key, position)| Some((key?, position.unwrap_or(i64::MIN)))).collect();
+    let mut heads = HashMap::with_capacity(keys.len());
+    for (position, key) in window {
+        let processed_through = done.get(key).copied().unwrap_or(i64::MIN).max(low);
+        if *position > processed_through && keys.contains(key) && !heads.contains_key(key) {
+            heads.insert(key.clone(), *position);
+        }
+    }
+    Ok(heads)
 }
 
 /// The events of `key` at or below `position` are processed (or settled
@@ -174,8 +197,15 @@ pub(super) fn poll(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64,
         if already(position) {
             continue;
         }
-        if mine.iter().any(|c| c.key == Key::Keyed(hash)) || claims::try_lock(sub.id, Key::Keyed(hash), Hold::Exclusive)
-        {
+        let held = mine.iter().any(|c| c.key == Key::Keyed(hash));
+        if held || claims::try_lock(sub.id, Key::Keyed(hash), Hold::Exclusive) {
+            if !failures::still_due(client, sub.id, position)? {
+                // Processed by the consumer that held its key.
+                if !held {
+                    claims::unlock(sub.id, Key::Keyed(hash), Hold::Exclusive);
+                }
+                continue;
+            }
             if let Head::Park { attempts } = failures::head(client, sub, position)? {
                 failures::park(client, sub.id, position, attempts, None)?;
                 continue;
@@ -219,11 +249,10 @@ pub(super) fn poll(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64,
     }
     // Each candidate's first unprocessed event, seen after its lock: only
     // the window's events can be claimed, so only the window is searched.
-    let window_last = window.last().map_or(horizon, |w| w.0);
     let mut verdicts: HashMap<String, Verdict> = HashMap::new();
     let mut due_in = None;
     let mut wrote = false;
-    let mut heads = heads(client, sub, &candidates, window_last)?;
+    let mut heads = heads(client, sub, &candidates, &window)?;
     for key in &candidates {
         let mut head = heads.remove(key);
         let verdict = loop {
@@ -247,7 +276,7 @@ pub(super) fn poll(client: &mut SpiClient<'_>, sub: &Subscription, horizon: i64,
                     }
                     processed_through(client, sub.id, key, position)?;
                     wrote = true;
-                    head = self::heads(client, sub, std::slice::from_ref(key), window_last)?.remove(key);
+                    head = self::heads(client, sub, std::slice::from_ref(key), &window)?.remove(key);
                 }
             }
         };

@@ -216,12 +216,12 @@ fn _poll(
 }
 
 /// `streams._claim(subscription, max_events, wait, lease)`: claim the next
-/// events, in one row: the `[low, high)` range of stream names the
-/// subscription's pattern selects and the `(after, through]` ranges of
-/// positions holding its events, in order, their delivery on its way to
-/// being written down (`streams._attempt` waits for it); with `lease`,
-/// claimed for that long under the lease id returned, and written down
-/// before it returns. `streams.poll` reads the events in its next
+/// events, in one row: the subscription's stream (a pattern of one) or
+/// prefix (`prefix.*`; both NULL for `*`) and the `(after, through]`
+/// ranges of positions holding its events, in order, their delivery on its
+/// way to being written down (`streams._attempt` waits for it); with
+/// `lease`, claimed for that long under the lease id returned, and written
+/// down before it returns. `streams.poll` reads the events in its next
 /// statement.
 #[allow(clippy::type_complexity)] // the SQL row, spelled out for pgrx
 #[pg_extern(sql = false)]
@@ -233,8 +233,8 @@ fn _claim(
 ) -> TableIterator<
     'static,
     (
-        name!(stream_low, String),
-        name!(stream_high, String),
+        name!(stream, Option<String>),
+        name!(prefix, Option<String>),
         name!(afters, Vec<i64>),
         name!(throughs, Vec<i64>),
         name!(lease, Option<i64>),
@@ -242,11 +242,15 @@ fn _claim(
 > {
     let lease = lease.map(|l| leases::duration(&l));
     let (pattern, mut claimed, lease) = claim(subscription, max_events, wait, true, lease);
-    let (low, high) = parse_stream_selector(&pattern).or_raise().name_range();
+    let (stream, prefix) = match parse_stream_selector(&pattern).or_raise() {
+        StreamSelector::Exact(name) => (Some(name), None),
+        StreamSelector::Prefix { prefix, .. } => (None, Some(prefix)),
+        StreamSelector::All => (None, None),
+    };
     claimed.sort_unstable();
     let afters = claimed.iter().map(|&(after, _, _)| after).collect();
     let throughs = claimed.iter().map(|&(_, _, through)| through).collect();
-    TableIterator::once((low, high, afters, throughs, lease))
+    TableIterator::once((stream, prefix, afters, throughs, lease))
 }
 
 /// Claim the next events: the subscription's pattern, the `(after, count,

@@ -184,16 +184,27 @@ fn unordered_put_backs(client: &mut SpiClient<'_>, sub: &Subscription, max: i64)
             continue; // polled by this transaction already
         }
         let chunk = Key::Chunk(claims::chunk_of(event));
-        if claims::claimed_through(sub.id, chunk).is_none() && !claims::try_lock(sub.id, chunk, Hold::Exclusive) {
+        let held = claims::claimed_through(sub.id, chunk).is_some();
+        if !held && !claims::try_lock(sub.id, chunk, Hold::Exclusive) {
+            continue;
+        }
+        let let_go = || {
+            if !held {
+                claims::unlock(sub.id, chunk, Hold::Exclusive);
+            }
+        };
+        if !failures::still_due(client, sub.id, event)? {
+            let_go(); // processed by the consumer that held it
             continue;
         }
         match failures::head(client, sub, event)? {
+            // Written: the lock stays until this transaction ends.
             Head::Park { attempts } => failures::park(client, sub.id, event, attempts, None)?,
             Head::Deliver => {
                 claims::add(sub.id, Key::PutBack, event - 1, event, 1);
                 ranges.push((event - 1, 1, event));
             }
-            Head::Parked | Head::Wait(_) => {}
+            Head::Parked | Head::Wait(_) => let_go(),
         }
     }
     Ok(ranges)
@@ -380,7 +391,8 @@ pub(super) fn fold_finished_chunks(client: &mut SpiClient<'_>, sub: &Subscriptio
         None,
         &args,
     )?;
-    Ok(())
+    // Discarded dead letters the position passed are settled for good.
+    failures::forget_discarded(client, sub.id, done_through)
 }
 
 /// How many of the subscription's events `(after, upto]` holds, at most

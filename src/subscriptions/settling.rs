@@ -42,6 +42,12 @@ fn _nack(
         super::leases::check_nack(&sub, position, lease);
     }
     let polled_here = claims::of(sub.id).iter().any(|c| c.low < position && position <= c.high);
+    let in_one_sequence = sub.ordered && sub.key_path.is_none();
+    if polled_here && in_one_sequence && claims::nacked(sub.id).iter().any(|&n| n < position) {
+        // After an event this transaction nacked: it comes again after
+        // that one, untried (its delivery was taken back). Nothing to do.
+        return;
+    }
     if lease.is_none() && !polled_here {
         // After the consuming transaction failed: take what a poll of the
         // event takes. Its consumer holds it now: this session's attempt is over.
@@ -71,8 +77,10 @@ fn _nack(
         if let Some(lease) = lease {
             super::leases::end(client, sub.id, lease)?;
         }
-        if sub.key_path.is_none() {
-            // In one sequence, the events after it were not tried.
+        if in_one_sequence {
+            // In one sequence, the events after it were not tried (competing
+            // consumers go on with theirs, and per key they come again
+            // after it anyway).
             attempts::not_attempted(client, sub.id, position, &segment)?;
         }
         if sub.max_attempts.is_some_and(|max| segment.attempts >= max) {
