@@ -884,3 +884,31 @@ fn an_unordered_nacked_event_comes_again_after_its_retry_time_and_holds_nothing(
     assert_eq!(deliveries(&mut c, "pool", 10), NOTHING, "every event processed");
     c.batch_execute("COMMIT").unwrap();
 }
+
+/// Two failing events in one batch of an ordered subscription: the second
+/// nack changes nothing (its event comes again after the first, untried)
+/// and does not fail the transaction, so a consumer may nack every event
+/// that failed, as the README's example does.
+#[test]
+fn a_second_nack_in_an_ordered_batch_changes_nothing() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    c.batch_execute("SELECT streams.create_subscription('two', 'orders', after => 0, max_attempts => 3)").unwrap();
+    let p = publish_events(&mut c, "orders", 3, 3);
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(deliveries(&mut c, "two", 10), [at(p[0], 1), at(p[1], 1), at(p[2], 1)]);
+    c.batch_execute(&format!(
+        "SELECT streams.nack('two', {}, retry_after => '0'); SELECT streams.nack('two', {}, retry_after => '0')",
+        p[0], p[2]
+    ))
+    .unwrap();
+    c.batch_execute("COMMIT").unwrap();
+    assert_eq!(retries(&mut c, "two").retrying, 1, "one failure: the first nacked event");
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(
+        deliveries(&mut c, "two", 10),
+        [at(p[0], 2), at(p[1], 1), at(p[2], 1)],
+        "the first comes again first; the others untried"
+    );
+    c.batch_execute("ROLLBACK").unwrap();
+}
