@@ -25,13 +25,6 @@ use postgres::{Client, NoTls};
 /// attempt that processed it; the key makes a second effect of an event fail.
 const EFFECTS: &str = "CREATE TABLE public.effects (position bigint PRIMARY KEY, attempt int NOT NULL)";
 
-fn try_deliveries(c: &mut Client, sub: &str, max: i32, wait: &str) -> Result<Vec<Delivery>, postgres::Error> {
-    Ok(rows(c, &format!("SELECT position, attempt FROM streams.poll('{sub}', {max}, '{wait}')"))?
-        .iter()
-        .map(|r| at(num(&r[0]), num(&r[1])))
-        .collect())
-}
-
 /// A poll in the caller's transaction (no wait).
 fn deliveries(c: &mut Client, sub: &str, max: i32) -> Vec<Delivery> {
     try_deliveries(c, sub, max, "0").unwrap_or_else(|e| panic!("poll of {sub}: {e}"))

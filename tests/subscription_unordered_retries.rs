@@ -15,11 +15,9 @@ use common::*;
 use postgres::Client;
 use rand::Rng;
 
+/// A poll in the caller's transaction (no wait).
 fn deliveries(c: &mut Client, sub: &str, max: i32) -> Result<Vec<Delivery>, postgres::Error> {
-    Ok(c.query(&format!("SELECT position, attempt FROM streams.poll('{sub}', {max})"), &[])?
-        .iter()
-        .map(|r| at(r.get(0), r.get(1)))
-        .collect())
+    try_deliveries(c, sub, max, "0")
 }
 
 fn count(c: &mut Client, sql: &str) -> i64 {

@@ -211,7 +211,8 @@ fn _poll(
     max_events: Option<i32>,
     wait: Option<Interval>,
 ) -> TableIterator<'static, (name!(stream, String), name!(after, i64), name!(count, i32))> {
-    let (stream, pieces, _) = claim(subscription, max_events, wait, tracks_attempts(), None);
+    let (subscription, pieces, _) = claim(subscription, max_events, wait, tracks_attempts(), None);
+    let stream = subscription.stream;
     TableIterator::new(pieces.into_iter().map(move |(after, count, _)| (stream.clone(), after, count as i32)))
 }
 
@@ -241,8 +242,8 @@ fn _claim(
     ),
 > {
     let lease = lease.map(|l| leases::duration(&l));
-    let (pattern, mut claimed, lease) = claim(subscription, max_events, wait, true, lease);
-    let (stream, prefix) = match parse_stream_selector(&pattern).or_raise() {
+    let (subscription, mut claimed, lease) = claim(subscription, max_events, wait, true, lease);
+    let (stream, prefix) = match subscription.selector {
         StreamSelector::Exact(name) => (Some(name), None),
         StreamSelector::Prefix { prefix, .. } => (None, Some(prefix)),
         StreamSelector::All => (None, None),
@@ -253,8 +254,8 @@ fn _claim(
     TableIterator::once((stream, prefix, afters, throughs, lease))
 }
 
-/// Claim the next events: the subscription's pattern, the `(after, count,
-/// through]` ranges holding them and the lease id. With `attempts`, their
+/// Claim the next events: the subscription, the `(after, count, through]`
+/// ranges holding them and the lease id. With `attempts`, their
 /// delivery is submitted to the worker (written down before returning
 /// when leased).
 fn claim(
@@ -263,7 +264,7 @@ fn claim(
     wait: Option<Interval>,
     attempts: bool,
     lease: Option<Duration>,
-) -> (String, Vec<(i64, i64, i64)>, Option<i64>) {
+) -> (Subscription, Vec<(i64, i64, i64)>, Option<i64>) {
     // The readers' lock order first: an upgrade step takes it too.
     crate::log::catalog::lock_for_reading();
     let name = subscription.ok_or(StreamsError::NullArgument("subscription")).or_raise();
@@ -316,7 +317,7 @@ fn claim(
     };
     let (claimed, release_token) = claimed;
     if !attempts {
-        return (subscription.stream, claimed, None);
+        return (subscription, claimed, None);
     }
     let deliveries: Vec<(i64, i64)> = claimed.iter().map(|&(after, _, through)| (after, through)).collect();
     let lease = lease.filter(|_| !claimed.is_empty()).map(|for_| (leases::new_id(), for_.as_micros() as i64));
@@ -329,7 +330,7 @@ fn claim(
         // The lease holds the events now, not this transaction.
         claims::unlock(subscription.id, Key::Token, claims::Hold::Exclusive);
     }
-    (subscription.stream, claimed, lease.map(|l| l.0))
+    (subscription, claimed, lease.map(|l| l.0))
 }
 
 /// `streams.ack(subscription, through)`: what this transaction polled up to

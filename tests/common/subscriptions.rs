@@ -195,6 +195,15 @@ pub fn holds(c: &mut Client, sql: &str) -> bool {
 
 /// Poll `sub` (at most `max`, in a transaction) until a poll returns events:
 /// those, and how many seconds after `since` (a timestamptz) the polling
+/// A poll's deliveries, (position, attempt), waiting up to `wait` (an
+/// interval) for events.
+pub fn try_deliveries(c: &mut Client, sub: &str, max: i32, wait: &str) -> Result<Vec<Delivery>, postgres::Error> {
+    Ok(rows(c, &format!("SELECT position, attempt FROM streams.poll('{sub}', {max}, '{wait}')"))?
+        .iter()
+        .map(|r| at(num(&r[0]), num(&r[1])))
+        .collect())
+}
+
 /// statement returned them, by the database's clock. The transaction stays open.
 pub fn poll_until_delivered(c: &mut Client, sub: &str, max: i32, since: &str) -> (Vec<Delivery>, f64) {
     let mut got = (Vec::new(), 0.0);
