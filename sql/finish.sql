@@ -49,7 +49,8 @@ GRANT EXECUTE ON FUNCTION streams._replay_check(bigint, timestamptz, xid8),
     streams._stream_exact(text), streams._stream_prefix_low(text), streams._stream_prefix_high(text),
     streams._replay_limit(integer), streams._stream_matches(text, text[]), streams._era(bigint, bigint[]),
     streams._commit_time(bigint),
-    streams._reads_all(), streams._read_patterns(), streams._may_publish(text) TO PUBLIC;
+    streams._reads_all(), streams._read_patterns(), streams._may_publish(text),
+    streams._last_publish_duplicate() TO PUBLIC;
 
 -- Subscriptions: each function checks its caller; the tables stay the owner's alone.
 GRANT SELECT ON streams.subscriptions, streams.dead_letters TO PUBLIC;

@@ -148,6 +148,11 @@ LOCK TABLE streams.event_log, streams.horizon_state, streams.commit_times, strea
     streams.private_streams, streams.subscription_state, streams.subscription_progress,
     streams.webhook_state IN ACCESS EXCLUSIVE MODE;
 
+-- The event envelope (type, key, headers): nullable columns at the end, so
+-- the rows of 0.2.0 read back with a null envelope and nothing is rewritten.
+ALTER TABLE streams.event_log ADD COLUMN type text COLLATE "C", ADD COLUMN key text COLLATE "C",
+    ADD COLUMN headers jsonb;
+
 -- 1. Row-level security (sql/streams.sql, subscriptions.sql, webhooks.sql).
 ALTER TABLE streams.commit_times ENABLE ROW LEVEL SECURITY;
 CREATE POLICY readable ON streams.commit_times FOR SELECT USING (true);
@@ -204,7 +209,7 @@ LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER SET search_path = pg_catalog,
 $$;
 
 CREATE OR REPLACE VIEW streams.events WITH (security_invoker = true) AS
-SELECT e.position, e.stream, streams._commit_time(e.position) AS "time", e.tx, e.data
+SELECT e.position, e.stream, streams._commit_time(e.position) AS "time", e.tx, e.data, e.type, e.key, e.headers
 FROM streams.event_log e
 WHERE (e.position > coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0)) IS NOT TRUE;
 
@@ -412,8 +417,8 @@ LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 
 -- '*' (no wider than the claim's own scan of them).
 CREATE FUNCTION streams.poll(subscription text, max_events integer DEFAULT 100, wait interval DEFAULT '0',
                              lease interval DEFAULT NULL)
-RETURNS TABLE ("position" bigint, stream text, "time" timestamptz, tx xid8, data jsonb, attempt integer,
-               lease_id bigint)
+RETURNS TABLE ("position" bigint, stream text, "time" timestamptz, tx xid8, data jsonb, type text, key text,
+               headers jsonb, attempt integer, lease_id bigint)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -422,12 +427,14 @@ BEGIN
     SELECT * INTO STRICT claimed FROM streams._claim(poll.subscription, poll.max_events, poll.wait, poll.lease);
     IF claimed.stream IS NOT NULL THEN
         RETURN QUERY
-        SELECT r.position, r.stream, r.time, r.tx, r.data, streams._attempt(r.position), claimed.lease
-        FROM (SELECT e.position, e.stream, streams._commit_time(e.position) AS time, e.tx, e.data
+        SELECT r.position, r.stream, r.time, r.tx, r.data, r.type, r.key, r.headers,
+               streams._attempt(r.position), claimed.lease
+        FROM (SELECT e.position, e.stream, streams._commit_time(e.position) AS time, e.tx, e.data,
+                     e.type, e.key, e.headers
               FROM ROWS FROM (pg_catalog.unnest(claimed.afters), pg_catalog.unnest(claimed.throughs))
                    AS c(after, through)
               CROSS JOIN LATERAL (
-                  SELECT e.position, e.stream, e.tx, e.data FROM streams.event_log e
+                  SELECT e.position, e.stream, e.tx, e.data, e.type, e.key, e.headers FROM streams.event_log e
                   WHERE e.position > c.after AND e.position <= c.through
                     -- The equality positions the scan of (stream, position) at
                     -- the range's start, and the redundant range makes a generic
@@ -440,12 +447,14 @@ BEGIN
         ORDER BY r.position;
     ELSE
         RETURN QUERY
-        SELECT r.position, r.stream, r.time, r.tx, r.data, streams._attempt(r.position), claimed.lease
-        FROM (SELECT e.position, e.stream, streams._commit_time(e.position) AS time, e.tx, e.data
+        SELECT r.position, r.stream, r.time, r.tx, r.data, r.type, r.key, r.headers,
+               streams._attempt(r.position), claimed.lease
+        FROM (SELECT e.position, e.stream, streams._commit_time(e.position) AS time, e.tx, e.data,
+                     e.type, e.key, e.headers
               FROM ROWS FROM (pg_catalog.unnest(claimed.afters), pg_catalog.unnest(claimed.throughs))
                    AS c(after, through)
               CROSS JOIN LATERAL (
-                  SELECT e.position, e.stream, e.tx, e.data FROM streams.event_log e
+                  SELECT e.position, e.stream, e.tx, e.data, e.type, e.key, e.headers FROM streams.event_log e
                   WHERE e.position > c.after AND e.position <= c.through
                     AND (claimed.prefix IS NULL
                          OR pg_catalog.substr(e.stream, 1, pg_catalog.length(claimed.prefix)) = claimed.prefix)
@@ -625,3 +634,163 @@ GRANT EXECUTE ON FUNCTION
     streams.discard_dead_letter(text, bigint),
     streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean),
     streams._claim(text, integer, interval, interval), streams._attempt(bigint) TO PUBLIC;
+
+-------------------------------------------------------------------------------
+-- The event envelope, idempotent publish and expected version (issue 25)
+-------------------------------------------------------------------------------
+
+COMMENT ON COLUMN streams.events.type IS 'The event''s type, as published (null: none).';
+COMMENT ON COLUMN streams.events.key IS 'The event''s key, as published: the entity it is about (null: none).';
+COMMENT ON COLUMN streams.events.headers IS 'The event''s headers, a JSON object of strings (traceparent, correlation ids; null: none).';
+
+-- streams.stream_head(stream text) -> bigint
+-- The position of the stream's newest final event, 0 when it has none (or
+-- none the caller may read): the version an event-sourcing writer reads
+-- before appending with publish(..., expected_prev => it).
+CREATE FUNCTION streams.stream_head(stream text) RETURNS bigint
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce((SELECT e.position FROM streams.events e WHERE e.stream = stream_head.stream
+                     ORDER BY e.position DESC LIMIT 1), 0)
+$$;
+COMMENT ON FUNCTION streams.stream_head(text) IS 'The position of a stream''s newest final event (0: none): the expected_prev of the next append.';
+
+DROP FUNCTION streams.publish_batch(text, jsonb[]);
+DROP FUNCTION streams._publish_batch(text, jsonb[]);
+DROP FUNCTION streams.publish(text, jsonb);
+
+-- streams.publish(stream, data, type, key, headers, idempotency_key, expected_prev) -> bigint
+-- Append one event in the caller's transaction and return its position. It
+-- becomes visible (streams.events, LISTEN "<stream>") once the transaction
+-- commits and every transaction that published before it has finished.
+--   type, key, headers  the envelope (all optional): the event's type, the
+--                       entity it is about, and a JSON object of string
+--                       headers (traceparent, correlation ids); 22023 past
+--                       their limits (see README, "The event envelope")
+--   idempotency_key     at most one event per (stream, key) while the key is
+--                       remembered (litebase_streams.idempotency_window): a
+--                       repeat writes nothing and returns the first one's
+--                       position, waiting for it if it is still open
+--   expected_prev       append only if the stream's newest event, counting
+--                       uncommitted ones, is at this position (0: none);
+--                       40001 otherwise, naming the actual one
+-- Runs as the caller, who needs the 'publish' privilege on the stream
+-- (streams.grant; 42501 otherwise), and writes as the log's owner: nobody
+-- needs access to the tables. Implemented in Rust (src/log/publish.rs): a
+-- position, then the row appended as an INSERT would (src/log/append.rs).
+CREATE FUNCTION streams.publish(stream text, data jsonb, type text DEFAULT NULL, key text DEFAULT NULL,
+                                headers jsonb DEFAULT NULL, idempotency_key text DEFAULT NULL,
+                                expected_prev bigint DEFAULT NULL) RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'litebase_streams_publish';
+COMMENT ON FUNCTION streams.publish(text, jsonb, text, text, jsonb, text, bigint) IS 'Append one event in the caller''s transaction, with an optional type, key and headers, idempotency key and expected previous position; returns its position.';
+
+-- streams._last_publish_duplicate() -> boolean
+-- Whether this session's last publish found its idempotency key remembered.
+CREATE FUNCTION streams._last_publish_duplicate() RETURNS boolean
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', '_last_publish_duplicate_wrapper';
+
+-- streams.publish_once(stream, data, idempotency_key, type, key, headers,
+--                      expected_prev) -> (position, duplicate)
+-- publish with an idempotency key that also says whether the key was
+-- remembered: duplicate is true when nothing was written and position is
+-- the original event's.
+CREATE FUNCTION streams.publish_once(stream text, data jsonb, idempotency_key text, type text DEFAULT NULL,
+                                     key text DEFAULT NULL, headers jsonb DEFAULT NULL,
+                                     expected_prev bigint DEFAULT NULL,
+                                     OUT "position" bigint, OUT duplicate boolean)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF publish_once.idempotency_key IS NULL THEN
+        RAISE EXCEPTION 'streams.publish_once: idempotency_key must not be null'
+            USING ERRCODE = 'null_value_not_allowed', HINT = 'Without a key, use streams.publish.';
+    END IF;
+    "position" := streams.publish(publish_once.stream, publish_once.data, publish_once.type, publish_once.key,
+                                  publish_once.headers, publish_once.idempotency_key, publish_once.expected_prev);
+    duplicate := streams._last_publish_duplicate();
+END
+$$;
+COMMENT ON FUNCTION streams.publish_once(text, jsonb, text, text, text, jsonb, bigint) IS 'publish with an idempotency key; also says whether the key was remembered (a duplicate: nothing written).';
+COMMENT ON FUNCTION streams._last_publish_duplicate() IS 'Internal: whether this session''s last publish found its idempotency key remembered.';
+
+-- streams.publish_batch(stream, data[], type, key, headers, idempotency_key,
+--                       expected_prev) -> setof bigint
+-- Append one event per array element, positions increasing in array order.
+-- The envelope is the batch's (each event gets it), the idempotency key
+-- makes the batch idempotent as a whole (a repeat returns the original
+-- positions), and expected_prev is checked before the batch's first event.
+CREATE FUNCTION streams._publish_batch(stream text, data jsonb[], type text, key text, headers jsonb,
+                                       idempotency_key text, expected_prev bigint) RETURNS bigint[]
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'litebase_streams_publish_batch';
+COMMENT ON FUNCTION streams._publish_batch(text, jsonb[], text, text, jsonb, text, bigint) IS 'Internal: publish_batch''s positions as an array.';
+
+CREATE FUNCTION streams.publish_batch(stream text, data jsonb[], type text DEFAULT NULL, key text DEFAULT NULL,
+                                      headers jsonb DEFAULT NULL, idempotency_key text DEFAULT NULL,
+                                      expected_prev bigint DEFAULT NULL) RETURNS SETOF bigint
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_catalog.unnest(streams._publish_batch(publish_batch.stream, publish_batch.data, publish_batch.type,
+        publish_batch.key, publish_batch.headers, publish_batch.idempotency_key, publish_batch.expected_prev))
+$$;
+COMMENT ON FUNCTION streams.publish_batch(text, jsonb[], text, text, jsonb, text, bigint) IS 'Append one event per element, in array order, with the batch''s envelope, idempotency key and expected previous position; returns their positions.';
+
+-- Idempotency keys of publishes (src/log/idempotency.rs): one row per
+-- (stream, key) with the positions it published, written in the publishing
+-- transaction; rows older than litebase_streams.idempotency_window count as
+-- forgotten and the worker deletes them. The owner's alone.
+CREATE TABLE streams.idempotency_keys (
+    stream     text COLLATE "C" NOT NULL,
+    key        text COLLATE "C" NOT NULL,
+    positions  bigint[] NOT NULL,
+    created_at timestamptz NOT NULL,
+    PRIMARY KEY (stream, key)
+);
+CREATE INDEX idempotency_keys_created_at ON streams.idempotency_keys (created_at);
+ALTER TABLE streams.idempotency_keys ENABLE ROW LEVEL SECURITY;
+SELECT pg_catalog.pg_extension_config_dump('streams.idempotency_keys', '');
+COMMENT ON TABLE streams.idempotency_keys IS 'Idempotency keys of publishes per stream, with the positions they published; forgotten after litebase_streams.idempotency_window.';
+
+-- streams._sql_privileges(privilege text, grant_it boolean, role regrole) -> void
+-- Grants (grant_it) or revokes the SQL privileges a stream privilege takes:
+-- the one list of them, for streams.grant and streams.revoke.
+CREATE OR REPLACE FUNCTION streams._sql_privileges(privilege text, grant_it boolean, role regrole) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    objects text[] := CASE privilege
+        WHEN 'read' THEN ARRAY[
+            'SELECT ON streams.events, streams.event_log, streams.commit_times, streams.horizon_state',
+            'EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
+                 streams.horizon(), streams.wait(bigint, interval), streams.worker_pid(), streams.log_id(),
+                 streams._replay_start(timestamptz, xid8), streams.stream_head(text)']
+        ELSE ARRAY[
+            'EXECUTE ON FUNCTION streams.publish(text, jsonb, text, text, jsonb, text, bigint),
+                 streams.publish_once(text, jsonb, text, text, text, jsonb, bigint),
+                 streams.publish_batch(text, jsonb[], text, text, jsonb, text, bigint),
+                 streams._publish_batch(text, jsonb[], text, text, jsonb, text, bigint)']
+    END;
+    object text;
+BEGIN
+    FOREACH object IN ARRAY objects LOOP
+        EXECUTE CASE WHEN grant_it THEN pg_catalog.format('GRANT %s TO %s', object, role)
+                     ELSE pg_catalog.format('REVOKE %s FROM %s', object, role) END;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION streams._sql_privileges(text, boolean, regrole) IS 'Internal: grants or revokes the SQL privileges a stream privilege takes.';
+
+REVOKE EXECUTE ON FUNCTION streams.stream_head(text),
+    streams.publish(text, jsonb, text, text, jsonb, text, bigint),
+    streams.publish_once(text, jsonb, text, text, text, jsonb, bigint),
+    streams.publish_batch(text, jsonb[], text, text, jsonb, text, bigint),
+    streams._publish_batch(text, jsonb[], text, text, jsonb, text, bigint) FROM PUBLIC;
+REVOKE ALL ON streams.idempotency_keys FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION streams._last_publish_duplicate() TO PUBLIC;
+-- The roles granted 'read' or 'publish' get the new functions.
+DO $regrant$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT DISTINCT g.privilege, g.grantee FROM streams.stream_grants g LOOP
+        PERFORM streams._sql_privileges(r.privilege, true, r.grantee);
+    END LOOP;
+END
+$regrant$;

@@ -16,12 +16,18 @@ SELECT streams._require_preload();
 -- backend-local cache would hand out positions the worker cannot see).
 CREATE SEQUENCE streams.position_seq AS bigint CACHE 1 NO CYCLE;
 
--- Every event ever published (final or not yet final).
+-- Every event ever published (final or not yet final). type, key and
+-- headers: the optional envelope (src/log/envelope.rs checks them); null
+-- when not given, which costs a row nothing (the null bitmap fits in the
+-- padding of the tuple header).
 CREATE TABLE streams.event_log (
     position bigint PRIMARY KEY,
     stream   text COLLATE "C" NOT NULL,
     tx       xid8 NOT NULL,
-    data     jsonb NOT NULL
+    data     jsonb NOT NULL,
+    type     text COLLATE "C",
+    key      text COLLATE "C",
+    headers  jsonb
 );
 CREATE INDEX event_log_stream_position ON streams.event_log (stream, position);
 
@@ -350,7 +356,7 @@ COMMENT ON FUNCTION streams._newest_position() IS 'Internal: the newest allocate
 -- security_invoker: the rows a reader sees are decided by the log's
 -- row-level security (above), as that reader.
 CREATE VIEW streams.events WITH (security_invoker = true) AS
-SELECT e.position, e.stream, streams._commit_time(e.position) AS "time", e.tx, e.data
+SELECT e.position, e.stream, streams._commit_time(e.position) AS "time", e.tx, e.data, e.type, e.key, e.headers
 FROM streams.event_log e
 WHERE (e.position > coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0)) IS NOT TRUE;
 
@@ -360,6 +366,20 @@ COMMENT ON COLUMN streams.events.stream IS 'Stream name, also the LISTEN channel
 COMMENT ON COLUMN streams.events."time" IS 'Commit time of the publishing transaction.';
 COMMENT ON COLUMN streams.events.tx IS 'The publishing transaction (xid8); joins to xmin of the rows it wrote via tx::xid.';
 COMMENT ON COLUMN streams.events.data IS 'The published payload.';
+COMMENT ON COLUMN streams.events.type IS 'The event''s type, as published (null: none).';
+COMMENT ON COLUMN streams.events.key IS 'The event''s key, as published: the entity it is about (null: none).';
+COMMENT ON COLUMN streams.events.headers IS 'The event''s headers, a JSON object of strings (traceparent, correlation ids; null: none).';
+
+-- streams.stream_head(stream text) -> bigint
+-- The position of the stream's newest final event, 0 when it has none (or
+-- none the caller may read): the version an event-sourcing writer reads
+-- before appending with publish(..., expected_prev => it).
+CREATE FUNCTION streams.stream_head(stream text) RETURNS bigint
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce((SELECT e.position FROM streams.events e WHERE e.stream = stream_head.stream
+                     ORDER BY e.position DESC LIMIT 1), 0)
+$$;
+COMMENT ON FUNCTION streams.stream_head(text) IS 'The position of a stream''s newest final event (0: none): the expected_prev of the next append.';
 
 -- streams.get(position bigint) -> streams.events
 -- One final event by position, or null if there is none (or not yet).
@@ -458,31 +478,96 @@ $$;
 -- Publishing
 -------------------------------------------------------------------------------
 
--- streams.publish(stream text, data jsonb) -> bigint
+-- streams.publish(stream, data, type, key, headers, idempotency_key, expected_prev) -> bigint
 -- Append one event in the caller's transaction and return its position. It
 -- becomes visible (streams.events, LISTEN "<stream>") once the transaction
 -- commits and every transaction that published before it has finished.
+--   type, key, headers  the envelope (all optional): the event's type, the
+--                       entity it is about, and a JSON object of string
+--                       headers (traceparent, correlation ids); 22023 past
+--                       their limits (see README, "The event envelope")
+--   idempotency_key     at most one event per (stream, key) while the key is
+--                       remembered (litebase_streams.idempotency_window): a
+--                       repeat writes nothing and returns the first one's
+--                       position, waiting for it if it is still open
+--   expected_prev       append only if the stream's newest event, counting
+--                       uncommitted ones, is at this position (0: none);
+--                       40001 otherwise, naming the actual one
 -- Runs as the caller, who needs the 'publish' privilege on the stream
 -- (streams.grant; 42501 otherwise), and writes as the log's owner: nobody
 -- needs access to the tables. Implemented in Rust (src/log/publish.rs): a
--- position, then the row appended as an INSERT would (src/append.rs).
-CREATE FUNCTION streams.publish(stream text, data jsonb) RETURNS bigint
+-- position, then the row appended as an INSERT would (src/log/append.rs).
+CREATE FUNCTION streams.publish(stream text, data jsonb, type text DEFAULT NULL, key text DEFAULT NULL,
+                                headers jsonb DEFAULT NULL, idempotency_key text DEFAULT NULL,
+                                expected_prev bigint DEFAULT NULL) RETURNS bigint
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'litebase_streams_publish';
-COMMENT ON FUNCTION streams.publish(text, jsonb) IS 'Append one event in the caller''s transaction; returns its position.';
+COMMENT ON FUNCTION streams.publish(text, jsonb, text, text, jsonb, text, bigint) IS 'Append one event in the caller''s transaction, with an optional type, key and headers, idempotency key and expected previous position; returns its position.';
 
--- streams.publish_batch(stream text, data jsonb[]) -> setof bigint
+-- streams._last_publish_duplicate() -> boolean
+-- Whether this session's last publish found its idempotency key remembered.
+CREATE FUNCTION streams._last_publish_duplicate() RETURNS boolean
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', '_last_publish_duplicate_wrapper';
+
+-- streams.publish_once(stream, data, idempotency_key, type, key, headers,
+--                      expected_prev) -> (position, duplicate)
+-- publish with an idempotency key that also says whether the key was
+-- remembered: duplicate is true when nothing was written and position is
+-- the original event's.
+CREATE FUNCTION streams.publish_once(stream text, data jsonb, idempotency_key text, type text DEFAULT NULL,
+                                     key text DEFAULT NULL, headers jsonb DEFAULT NULL,
+                                     expected_prev bigint DEFAULT NULL,
+                                     OUT "position" bigint, OUT duplicate boolean)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF publish_once.idempotency_key IS NULL THEN
+        RAISE EXCEPTION 'streams.publish_once: idempotency_key must not be null'
+            USING ERRCODE = 'null_value_not_allowed', HINT = 'Without a key, use streams.publish.';
+    END IF;
+    "position" := streams.publish(publish_once.stream, publish_once.data, publish_once.type, publish_once.key,
+                                  publish_once.headers, publish_once.idempotency_key, publish_once.expected_prev);
+    duplicate := streams._last_publish_duplicate();
+END
+$$;
+COMMENT ON FUNCTION streams.publish_once(text, jsonb, text, text, text, jsonb, bigint) IS 'publish with an idempotency key; also says whether the key was remembered (a duplicate: nothing written).';
+COMMENT ON FUNCTION streams._last_publish_duplicate() IS 'Internal: whether this session''s last publish found its idempotency key remembered.';
+
+-- streams.publish_batch(stream, data[], type, key, headers, idempotency_key,
+--                       expected_prev) -> setof bigint
 -- Append one event per array element, positions increasing in array order.
-CREATE FUNCTION streams._publish_batch(stream text, data jsonb[]) RETURNS bigint[]
+-- The envelope is the batch's (each event gets it), the idempotency key
+-- makes the batch idempotent as a whole (a repeat returns the original
+-- positions), and expected_prev is checked before the batch's first event.
+CREATE FUNCTION streams._publish_batch(stream text, data jsonb[], type text, key text, headers jsonb,
+                                       idempotency_key text, expected_prev bigint) RETURNS bigint[]
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'litebase_streams_publish_batch';
-COMMENT ON FUNCTION streams._publish_batch(text, jsonb[]) IS 'Internal: publish_batch''s positions as an array.';
+COMMENT ON FUNCTION streams._publish_batch(text, jsonb[], text, text, jsonb, text, bigint) IS 'Internal: publish_batch''s positions as an array.';
 
-CREATE FUNCTION streams.publish_batch(stream text, data jsonb[]) RETURNS SETOF bigint
+CREATE FUNCTION streams.publish_batch(stream text, data jsonb[], type text DEFAULT NULL, key text DEFAULT NULL,
+                                      headers jsonb DEFAULT NULL, idempotency_key text DEFAULT NULL,
+                                      expected_prev bigint DEFAULT NULL) RETURNS SETOF bigint
 LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT pg_catalog.unnest(streams._publish_batch(publish_batch.stream, publish_batch.data))
+    SELECT pg_catalog.unnest(streams._publish_batch(publish_batch.stream, publish_batch.data, publish_batch.type,
+        publish_batch.key, publish_batch.headers, publish_batch.idempotency_key, publish_batch.expected_prev))
 $$;
-COMMENT ON FUNCTION streams.publish_batch(text, jsonb[]) IS 'Append one event per element, in array order; returns their positions.';
+COMMENT ON FUNCTION streams.publish_batch(text, jsonb[], text, text, jsonb, text, bigint) IS 'Append one event per element, in array order, with the batch''s envelope, idempotency key and expected previous position; returns their positions.';
+
+-- Idempotency keys of publishes (src/log/idempotency.rs): one row per
+-- (stream, key) with the positions it published, written in the publishing
+-- transaction; rows older than litebase_streams.idempotency_window count as
+-- forgotten and the worker deletes them. The owner's alone.
+CREATE TABLE streams.idempotency_keys (
+    stream     text COLLATE "C" NOT NULL,
+    key        text COLLATE "C" NOT NULL,
+    positions  bigint[] NOT NULL,
+    created_at timestamptz NOT NULL,
+    PRIMARY KEY (stream, key)
+);
+CREATE INDEX idempotency_keys_created_at ON streams.idempotency_keys (created_at);
+ALTER TABLE streams.idempotency_keys ENABLE ROW LEVEL SECURITY;
+SELECT pg_catalog.pg_extension_config_dump('streams.idempotency_keys', '');
+COMMENT ON TABLE streams.idempotency_keys IS 'Idempotency keys of publishes per stream, with the positions they published; forgotten after litebase_streams.idempotency_window.';
 
 -------------------------------------------------------------------------------
 -- Granting
@@ -517,10 +602,12 @@ DECLARE
             'SELECT ON streams.events, streams.event_log, streams.commit_times, streams.horizon_state',
             'EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
                  streams.horizon(), streams.wait(bigint, interval), streams.worker_pid(), streams.log_id(),
-                 streams._replay_start(timestamptz, xid8)']
+                 streams._replay_start(timestamptz, xid8), streams.stream_head(text)']
         ELSE ARRAY[
-            'EXECUTE ON FUNCTION streams.publish(text, jsonb), streams.publish_batch(text, jsonb[]),
-                 streams._publish_batch(text, jsonb[])']
+            'EXECUTE ON FUNCTION streams.publish(text, jsonb, text, text, jsonb, text, bigint),
+                 streams.publish_once(text, jsonb, text, text, text, jsonb, bigint),
+                 streams.publish_batch(text, jsonb[], text, text, jsonb, text, bigint),
+                 streams._publish_batch(text, jsonb[], text, text, jsonb, text, bigint)']
     END;
     object text;
 BEGIN

@@ -276,8 +276,8 @@ LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 
 -- '*' (no wider than the claim's own scan of them).
 CREATE FUNCTION streams.poll(subscription text, max_events integer DEFAULT 100, wait interval DEFAULT '0',
                              lease interval DEFAULT NULL)
-RETURNS TABLE ("position" bigint, stream text, "time" timestamptz, tx xid8, data jsonb, attempt integer,
-               lease_id bigint)
+RETURNS TABLE ("position" bigint, stream text, "time" timestamptz, tx xid8, data jsonb, type text, key text,
+               headers jsonb, attempt integer, lease_id bigint)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -286,12 +286,14 @@ BEGIN
     SELECT * INTO STRICT claimed FROM streams._claim(poll.subscription, poll.max_events, poll.wait, poll.lease);
     IF claimed.stream IS NOT NULL THEN
         RETURN QUERY
-        SELECT r.position, r.stream, r.time, r.tx, r.data, streams._attempt(r.position), claimed.lease
-        FROM (SELECT e.position, e.stream, streams._commit_time(e.position) AS time, e.tx, e.data
+        SELECT r.position, r.stream, r.time, r.tx, r.data, r.type, r.key, r.headers,
+               streams._attempt(r.position), claimed.lease
+        FROM (SELECT e.position, e.stream, streams._commit_time(e.position) AS time, e.tx, e.data,
+                     e.type, e.key, e.headers
               FROM ROWS FROM (pg_catalog.unnest(claimed.afters), pg_catalog.unnest(claimed.throughs))
                    AS c(after, through)
               CROSS JOIN LATERAL (
-                  SELECT e.position, e.stream, e.tx, e.data FROM streams.event_log e
+                  SELECT e.position, e.stream, e.tx, e.data, e.type, e.key, e.headers FROM streams.event_log e
                   WHERE e.position > c.after AND e.position <= c.through
                     -- The equality positions the scan of (stream, position) at
                     -- the range's start, and the redundant range makes a generic
@@ -304,12 +306,14 @@ BEGIN
         ORDER BY r.position;
     ELSE
         RETURN QUERY
-        SELECT r.position, r.stream, r.time, r.tx, r.data, streams._attempt(r.position), claimed.lease
-        FROM (SELECT e.position, e.stream, streams._commit_time(e.position) AS time, e.tx, e.data
+        SELECT r.position, r.stream, r.time, r.tx, r.data, r.type, r.key, r.headers,
+               streams._attempt(r.position), claimed.lease
+        FROM (SELECT e.position, e.stream, streams._commit_time(e.position) AS time, e.tx, e.data,
+                     e.type, e.key, e.headers
               FROM ROWS FROM (pg_catalog.unnest(claimed.afters), pg_catalog.unnest(claimed.throughs))
                    AS c(after, through)
               CROSS JOIN LATERAL (
-                  SELECT e.position, e.stream, e.tx, e.data FROM streams.event_log e
+                  SELECT e.position, e.stream, e.tx, e.data, e.type, e.key, e.headers FROM streams.event_log e
                   WHERE e.position > c.after AND e.position <= c.through
                     AND (claimed.prefix IS NULL
                          OR pg_catalog.substr(e.stream, 1, pg_catalog.length(claimed.prefix)) = claimed.prefix)

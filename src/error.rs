@@ -97,6 +97,10 @@ pub enum StreamsError {
     NotADeadLetter { subscription: String, position: i64 },
     /// backoff_min above backoff_max.
     BackoffOrder,
+    /// A type, key, headers or idempotency key that breaks the envelope's rules.
+    InvalidEnvelope { argument: &'static str, reason: String },
+    /// publish(expected_prev => p) found the stream's newest event elsewhere.
+    UnexpectedPrev { stream: String, expected: i64, actual: i64 },
     /// An ack, nack or extend_lease of a lease that expired or was taken over.
     LeaseGone { subscription: String, lease: i64 },
     /// LOCK of a relation of schema streams by a role that does not own it.
@@ -367,6 +371,15 @@ impl StreamsError {
                 "Nack an event in the transaction that polled it, or after that transaction failed, from the same \
                  session, before it is delivered again.",
             ),
+            StreamsError::InvalidEnvelope { argument, reason } => {
+                described(ERRCODE_INVALID_PARAMETER_VALUE, format!("invalid {argument}: {reason}"))
+            }
+            StreamsError::UnexpectedPrev { stream, expected, actual } => described(
+                ERRCODE_T_R_SERIALIZATION_FAILURE,
+                format!("stream \"{stream}\" is not at the expected position {expected}"),
+            )
+            .detail(format!("The newest event of the stream, counting uncommitted ones, is at position {actual}."))
+            .hint("Another writer appended first: read the stream again (streams.stream_head) and retry."),
             StreamsError::TextTooLong { argument, limit } => {
                 described(ERRCODE_INVALID_PARAMETER_VALUE, format!("{argument} is longer than {limit} bytes"))
             }

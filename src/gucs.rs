@@ -50,6 +50,11 @@ static MAX_EVENT_SIZE: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// `create_webhook` must see the same list, and only a superuser may widen it.
 static WEBHOOK_ALLOWED_HOSTS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c""));
 
+/// `litebase_streams.idempotency_window`: how long (s) publish remembers
+/// an idempotency key per stream. Server-wide: publishers and the worker
+/// that forgets old keys must agree on it.
+static IDEMPOTENCY_WINDOW_S: GucSetting<i32> = GucSetting::<i32>::new(86_400);
+
 /// `litebase_streams.webhook_timeout`: how long (ms) one webhook request
 /// may take, connecting included.
 static WEBHOOK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
@@ -195,6 +200,22 @@ pub fn init() {
         GucContext::Sighup,
         GucFlags::UNIT_S,
     );
+    GucRegistry::define_int_guc(
+        c"litebase_streams.idempotency_window",
+        c"How long (s) publish remembers an idempotency key.",
+        c"A publish with a key remembered for its stream writes nothing and returns the original positions. \
+          The worker forgets older keys.",
+        &IDEMPOTENCY_WINDOW_S,
+        1,
+        366 * 86_400,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
+    );
+}
+
+/// `idempotency_window`, in seconds.
+pub fn idempotency_window_s() -> i64 {
+    i64::from(IDEMPOTENCY_WINDOW_S.get().max(1))
 }
 
 /// `webhook_allowed_hosts` as written.

@@ -342,7 +342,7 @@ fn special_role_names_are_granted_exactly_and_inject_nothing() {
              WHERE c.oid IN ('streams.event_log'::regclass, 'streams.events'::regclass) AND a.grantee = 0
              UNION ALL
              SELECT p.oid::regprocedure::text FROM pg_proc p, aclexplode(p.proacl) a
-             WHERE p.oid IN ('streams.publish(text,jsonb)'::regprocedure, 'streams.replay(text,bigint,timestamptz,xid8,integer)'::regprocedure,
+             WHERE p.oid IN ('streams.publish(text,jsonb,text,text,jsonb,text,bigint)'::regprocedure, 'streams.replay(text,bigint,timestamptz,xid8,integer)'::regprocedure,
                              'streams.get(bigint)'::regprocedure, 'streams._replay_start(timestamptz,xid8)'::regprocedure)
                AND a.grantee = 0",
             &[],
@@ -511,8 +511,8 @@ fn publish_grants_match_names_literally_at_every_entry_point() {
         "SELECT streams.publish('orders.EU.x', '{}')",
         "SELECT streams.publish('orders.', '{}')",
         "SELECT * FROM streams.publish_batch('payXment', ARRAY['{}'::jsonb])",
-        "SELECT streams._publish_batch('payXment', ARRAY['{}'::jsonb])",
-        "SELECT streams._publish_batch('orders.eu', ARRAY['{}'::jsonb, '{}'])",
+        "SELECT streams._publish_batch('payXment', ARRAY['{}'::jsonb], NULL, NULL, NULL, NULL, NULL)",
+        "SELECT streams._publish_batch('orders.eu', ARRAY['{}'::jsonb, '{}'], NULL, NULL, NULL, NULL, NULL)",
     ] {
         assert_eq!(sqlstate(&a.batch_execute(sql).unwrap_err()), "42501", "{sql}");
     }
@@ -520,14 +520,16 @@ fn publish_grants_match_names_literally_at_every_entry_point() {
     for sql in [
         "SELECT streams.publish('pay_ment', '{}')",
         "SELECT streams.publish('orders.eu.x', '{}')",
-        "SELECT streams._publish_batch('orders.eu.y', ARRAY['{}'::jsonb])",
+        "SELECT streams._publish_batch('orders.eu.y', ARRAY['{}'::jsonb], NULL, NULL, NULL, NULL, NULL)",
     ] {
         a.batch_execute(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
     assert_eq!(count_stored(&mut owner), stored + 3);
     let mut r = db.connect_as(&reader.name);
-    for sql in ["SELECT streams.publish('orders', '{}')", "SELECT streams._publish_batch('orders', ARRAY['{}'::jsonb])"]
-    {
+    for sql in [
+        "SELECT streams.publish('orders', '{}')",
+        "SELECT streams._publish_batch('orders', ARRAY['{}'::jsonb], NULL, NULL, NULL, NULL, NULL)",
+    ] {
         assert_eq!(sqlstate(&r.batch_execute(sql).unwrap_err()), "42501", "reader: {sql}");
     }
 }

@@ -260,7 +260,7 @@ fn granted_role_publishes_and_replays_without_table_access() {
         .batch_execute(&format!(
             "CREATE ROLE {app} LOGIN; CREATE ROLE {stranger} LOGIN;
              GRANT USAGE ON SCHEMA streams TO {stranger};
-             GRANT EXECUTE ON FUNCTION streams.publish(text, jsonb) TO {stranger};
+             GRANT EXECUTE ON FUNCTION streams.publish(text, jsonb, text, text, jsonb, text, bigint) TO {stranger};
              SELECT streams.grant('publish', '*', '{app}'), streams.grant('read', '*', '{app}');"
         ))
         .unwrap();

@@ -613,7 +613,7 @@ fn schema_after_update_equals_a_fresh_install() {
     let fresh_lines = describe(&mut fresh.connect());
     let updated_lines = describe(&mut updated.connect());
     assert!(
-        fresh_lines.iter().any(|l| l.starts_with("function streams.publish(text,jsonb) #"))
+        fresh_lines.iter().any(|l| l.starts_with("function streams.publish(text,jsonb,text,text,jsonb,text,bigint) #"))
             && fresh_lines.iter().any(|l| l.starts_with("relation streams.events:"))
             && fresh_lines.iter().any(|l| l.starts_with("config_dump streams.event_log:")),
         "the description covers the extension's objects:\n{}",

@@ -69,7 +69,7 @@ METHODS = [
 LABELS = dict(METHODS)
 SHORT = dict(subscription="the ordered subscription", replay="replay() pages", pgq="PgQ",
              lease="the leased subscription")  # in the report's notes
-LEASE_ID = 6  # poll's 7th column
+LEASE_ID = 9  # poll's 10th column
 DATA = 4  # data: the 5th column of poll and replay
 # The methods whose polls write their deliveries down (6e).
 TRACKED = ("subscription", "lease")

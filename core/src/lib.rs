@@ -4,6 +4,7 @@
 //!
 //! * [`names`]: stream names and patterns (the naming rule);
 //! * [`payload`]: notification payloads (compact JSON, truncation);
+//! * [`envelope`]: the limits of an event's type, key and headers;
 //! * [`horizon`]: the no-missed-event invariant and the horizon arithmetic;
 //! * [`backoff`]: the workers' retry schedules;
 //! * [`hosts`]: the address policy of webhook URLs;
@@ -11,6 +12,7 @@
 //! * [`signing`]: Standard Webhooks signatures and secrets.
 
 pub mod backoff;
+pub mod envelope;
 pub mod horizon;
 pub mod hosts;
 pub mod keys;

@@ -7,7 +7,8 @@
 //! insert and one insert per index (with the primary key's uniqueness check),
 //! which is what [`Appender`] does, the way COPY does it.
 //!
-//! Only while the table is as the extension made it: four columns, no INSERT
+//! Only while the table is as the extension made it: seven columns (four
+//! before the 0.3.0 update, which added the envelope's), no INSERT
 //! trigger or rule, no CHECK constraint, no forced row-level security, and indexes on
 //! plain columns only (no expression, predicate or exclusion constraint,
 //! which would run functions). Otherwise [`Appender::open`] answers `None`
@@ -59,18 +60,28 @@ impl Appender {
         Some(appender)
     }
 
+    /// Whether the table has the envelope's columns (type, key, headers):
+    /// not before the 0.3.0 update.
+    pub fn has_envelope(&self) -> bool {
+        // SAFETY: `rel` is open until close.
+        unsafe { (*(*self.rel).rd_att).natts == ROW_COLUMNS as i32 }
+    }
+
     /// Append one row: `values` in column order (position, stream, tx,
-    /// data), none null.
+    /// data, type, key, headers), null where `None`; a table without the
+    /// envelope's columns takes the first four, and the caller checked
+    /// that the others are null.
     ///
     /// # Safety
     /// SAFETY: `values` are datums of the columns' types, valid until this returns (the heap
     /// tuple copies them).
-    pub unsafe fn append(&mut self, values: [pg_sys::Datum; 4]) {
+    pub unsafe fn append(&mut self, values: Row) {
         let slot = self.slot;
         pg_sys::ExecClearTuple(slot);
-        for (i, value) in values.into_iter().enumerate() {
-            *(*slot).tts_values.add(i) = value;
-            *(*slot).tts_isnull.add(i) = false;
+        let columns = (*(*self.rel).rd_att).natts as usize;
+        for (i, value) in values.into_iter().take(columns).enumerate() {
+            *(*slot).tts_values.add(i) = value.unwrap_or(pg_sys::Datum::from(0));
+            *(*slot).tts_isnull.add(i) = value.is_none();
         }
         pg_sys::ExecStoreVirtualTuple(slot);
         pg_sys::table_tuple_insert(self.rel, slot, self.command, 0, std::ptr::null_mut());
@@ -103,15 +114,23 @@ impl Appender {
     }
 }
 
-/// A plain table of four live columns, without INSERT triggers, rules, CHECK
-/// constraints or forced row-level security.
+/// The columns of a row of the log: position, stream, tx, data, type, key,
+/// headers.
+pub(crate) const ROW_COLUMNS: usize = 7;
+
+/// A row of the log, in column order; `None` is null.
+pub(crate) type Row = [Option<pg_sys::Datum>; ROW_COLUMNS];
+
+/// A plain table of seven live columns (or the four of 0.2.0), without
+/// INSERT triggers, rules, CHECK constraints or forced row-level security.
 ///
 /// # Safety
 /// SAFETY: `rel` is an open relation.
 unsafe fn plain_table(rel: pg_sys::Relation) -> bool {
     let form = &*(*rel).rd_rel;
     let desc = &*(*rel).rd_att;
-    let columns_as_made = desc.natts == 4 && (0..4).all(|i| !(*desc.attrs.as_ptr().add(i)).attisdropped);
+    let columns_as_made = (desc.natts == ROW_COLUMNS as i32 || desc.natts == 4)
+        && (0..desc.natts as usize).all(|i| !(*desc.attrs.as_ptr().add(i)).attisdropped);
     let triggers = (*rel).trigdesc;
     let insert_triggers = !triggers.is_null() && {
         let t = &*triggers;

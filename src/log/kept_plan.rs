@@ -31,6 +31,21 @@ impl<const N: usize> KeptPlan<N> {
     /// SAFETY: call between `spi::connect` and `spi::finish`, with `values` of `self.types`; the
     /// plan is kept (SPI_keepplan), so it outlives SPI_finish and the transaction.
     pub unsafe fn execute(&'static self, values: &mut [pg_sys::Datum; N], expected: u32) {
+        self.execute_with_nulls(values, None, expected)
+    }
+
+    /// [`execute`](Self::execute) with `nulls[i]` true where value `i` is null.
+    ///
+    /// # Safety
+    /// SAFETY: as for `execute`; a null value's datum is not read.
+    pub unsafe fn execute_with_nulls(
+        &'static self,
+        values: &mut [pg_sys::Datum; N],
+        nulls: Option<[bool; N]>,
+        expected: u32,
+    ) {
+        let flags = nulls.map(|nulls| nulls.map(|null| if null { b'n' } else { b' ' } as std::ffi::c_char));
+        let flags_ptr = flags.as_ref().map_or(std::ptr::null(), |f| f.as_ptr());
         // The plan cache re-parses a statement under the search_path of the
         // moment whenever it differs from the one it was planned under, so
         // execution is pinned too (which also saves that re-parse).
@@ -44,7 +59,7 @@ impl<const N: usize> KeptPlan<N> {
                 }
                 self.plan.with(|p| p.set(plan));
             }
-            pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), std::ptr::null(), false, 0)
+            pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), flags_ptr, false, 0)
         });
         if status != expected as i32 {
             StreamsError::Spi { doing: "running a statement", error: format!("{:?}: SPI status {status}", self.sql) }
@@ -94,6 +109,26 @@ pub mod spi {
     /// SAFETY: call after [`connect`], in the same function call.
     pub unsafe fn finish() {
         pg_sys::SPI_finish();
+    }
+
+    /// The first column of every row of the last result, as bigints
+    /// (nulls left out).
+    ///
+    /// # Safety
+    /// SAFETY: call after a successful statement through SPI whose first column is a bigint,
+    /// before [`finish`]: SPI_tuptable then holds that result.
+    pub unsafe fn int8_column() -> Vec<i64> {
+        let table = pg_sys::SPI_tuptable;
+        if table.is_null() {
+            return Vec::new();
+        }
+        (0..pg_sys::SPI_processed as usize)
+            .filter_map(|row| {
+                let mut is_null = false;
+                let datum = pg_sys::SPI_getbinval(*(*table).vals.add(row), (*table).tupdesc, 1, &mut is_null);
+                (!is_null).then(|| datum.value() as i64)
+            })
+            .collect()
     }
 
     /// The first column of the first row of the last result, as a bool.

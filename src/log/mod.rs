@@ -11,7 +11,10 @@
 pub mod append;
 pub mod catalog;
 pub mod commit_times;
+pub mod envelope;
+pub mod expected;
 pub mod hold;
+pub mod idempotency;
 pub mod kept_plan;
 pub mod privileges;
 pub mod publish;

@@ -25,10 +25,13 @@ use pgrx::IntoDatum;
 use crate::error::{OrRaise, StreamsError};
 use crate::ffi;
 use crate::gucs;
-use crate::log::append::Appender;
+use crate::log::append::{Appender, Row, ROW_COLUMNS};
+use crate::log::envelope::Envelope;
 use crate::log::kept_plan::{spi, KeptPlan};
 use crate::log::privileges;
+use crate::log::{expected, idempotency};
 use crate::shmem::{self, DbEntry, PublisherSlot};
+use litebase_streams_core::envelope;
 use litebase_streams_core::names::validate_stream_name;
 
 /// This backend's open publishing transaction.
@@ -68,14 +71,16 @@ pub(crate) fn position_sequence() -> pg_sys::Oid {
     }
 }
 
-/// `streams.publish(stream text, data jsonb) → bigint`, declared in
-/// sql/streams.sql. A C-level function so that the caller's jsonb datum goes
-/// into the INSERT untouched, through a plan prepared once per backend: no
-/// parsing or planning per call, no conversion of the payload.
+/// `streams.publish(stream, data, type, key, headers, idempotency_key,
+/// expected_prev) → bigint`, declared in sql/streams.sql. A C-level
+/// function so that the caller's jsonb datum goes into the row untouched:
+/// no parsing or planning per call, no conversion of the payload. Also
+/// called with the two arguments of 0.2.0's declaration (a backend that
+/// loaded the new library before `ALTER EXTENSION ... UPDATE`).
 ///
 /// # Safety
-/// SAFETY: only fmgr calls it, as `streams.publish(text, jsonb)`, so `fcinfo` is valid and holds
-/// those two arguments; `data` is read only after its null check.
+/// SAFETY: only fmgr calls it, as `streams.publish`, so `fcinfo` is valid and holds its
+/// arguments; each is read only after its null check.
 #[pg_guard]
 #[no_mangle]
 pub unsafe extern "C-unwind" fn litebase_streams_publish(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
@@ -85,23 +90,40 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish(fcinfo: pg_sys::Functio
     }
     let data = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 1);
     check_size(data);
+    let request = Request::from_args(fcinfo, 2);
     let sequence = checked_stream(stream);
-    let position = next_position(sequence);
-    let stream = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0);
-    let mut row = [pg_sys::Datum::from(position), stream, current_tx(), data];
-    write_as_owner(sequence, std::iter::once(row), || INSERT_EVENT.execute(&mut row, pg_sys::SPI_OK_INSERT));
-    pg_sys::Datum::from(position)
+    let stream_datum = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0);
+    let written = request.write(sequence, stream.unwrap_or_default(), stream_datum, 1, |positions| {
+        let tx = current_tx();
+        let row = request.row(positions[0], stream_datum, tx, data);
+        let (mut values, nulls) = spi_values(&row);
+        write_as_owner(sequence, std::iter::once(row), || {
+            if request.envelope.columns().iter().all(Option::is_none) {
+                let mut four = [values[0], values[1], values[2], values[3]];
+                INSERT_EVENT.execute(&mut four, pg_sys::SPI_OK_INSERT)
+            } else {
+                INSERT_EVENT_ENVELOPE.execute_with_nulls(&mut values, Some(nulls), pg_sys::SPI_OK_INSERT)
+            }
+        });
+    });
+    PUBLISH_RESULT.with(|r| r.set(Some(written.duplicate)));
+    pg_sys::Datum::from(written.positions[0])
 }
 
 ffi::function_info_v1!(pg_finfo_litebase_streams_publish);
 
-/// `streams._publish_batch(stream text, data jsonb[]) → bigint[]`, behind
+/// `streams._publish_batch(stream, data jsonb[], type, key, headers,
+/// idempotency_key, expected_prev) → bigint[]`, behind
 /// `streams.publish_batch` (sql/streams.sql): one position per element, in
-/// array order, then every row appended (or one INSERT of all of them).
+/// array order, then every row appended (or one INSERT of all of them). The
+/// envelope, idempotency key and expected version are the batch's: every
+/// event gets the same type, key and headers; the key makes the whole batch
+/// idempotent; and the stream must be at `expected_prev` before its first
+/// event.
 ///
 /// # Safety
-/// SAFETY: only fmgr calls it, as `streams._publish_batch(text, jsonb[])`, so `fcinfo` is valid
-/// and argument 1 is a jsonb[] datum, read after its null check and detoasted before use.
+/// SAFETY: only fmgr calls it, as `streams._publish_batch`, so `fcinfo` is valid and argument 1
+/// is a jsonb[] datum, read after its null check and detoasted before use.
 #[pg_guard]
 #[no_mangle]
 pub unsafe extern "C-unwind" fn litebase_streams_publish_batch(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
@@ -114,23 +136,153 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish_batch(fcinfo: pg_sys::F
     if pg_sys::array_contains_nulls(array) {
         StreamsError::NullArgument("each element of data").raise();
     }
+    let request = Request::from_args(fcinfo, 2);
     let sequence = checked_stream(stream); // also for an empty array
     let elements = array_elements(array);
     for &element in &elements {
         check_size(element);
     }
-    let positions: Vec<i64> = elements.iter().map(|_| next_position(sequence)).collect();
-    let stream = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0);
-    let tx = current_tx();
-    let rows =
-        positions.iter().zip(&elements).map(|(&position, &data)| [pg_sys::Datum::from(position), stream, tx, data]);
-    let positions = positions.as_slice().into_datum().expect("an array datum");
-    let mut arrays = [positions, stream, tx, pg_sys::Datum::from(array)];
-    write_as_owner(sequence, rows, || INSERT_BATCH.execute(&mut arrays, pg_sys::SPI_OK_INSERT));
-    positions
+    let stream_datum = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0);
+    let written = request.write(sequence, stream.unwrap_or_default(), stream_datum, elements.len(), |positions| {
+        let tx = current_tx();
+        let rows =
+            positions.iter().zip(&elements).map(|(&position, &data)| request.row(position, stream_datum, tx, data));
+        let positions = positions.into_datum().expect("an array datum");
+        let [type_, key, headers] = request.envelope.columns();
+        let mut arrays = [
+            positions,
+            stream_datum,
+            tx,
+            pg_sys::Datum::from(array),
+            type_.unwrap_or(pg_sys::Datum::from(0)),
+            key.unwrap_or(pg_sys::Datum::from(0)),
+            headers.unwrap_or(pg_sys::Datum::from(0)),
+        ];
+        let nulls = [false, false, false, false, type_.is_none(), key.is_none(), headers.is_none()];
+        write_as_owner(sequence, rows, || {
+            if nulls[4..].iter().all(|&null| null) {
+                let mut four = [arrays[0], arrays[1], arrays[2], arrays[3]];
+                INSERT_BATCH.execute(&mut four, pg_sys::SPI_OK_INSERT)
+            } else {
+                INSERT_BATCH_ENVELOPE.execute_with_nulls(&mut arrays, Some(nulls), pg_sys::SPI_OK_INSERT)
+            }
+        });
+    });
+    PUBLISH_RESULT.with(|r| r.set(Some(written.duplicate)));
+    written.positions.as_slice().into_datum().expect("an array datum")
 }
 
 ffi::function_info_v1!(pg_finfo_litebase_streams_publish_batch);
+
+/// What a publish asks beside its data: the envelope, an idempotency key
+/// and an expected version.
+struct Request {
+    envelope: Envelope,
+    idempotency_key: Option<pg_sys::Datum>,
+    expected_prev: Option<i64>,
+}
+
+/// What [`Request::write`] did: the positions of the events, and whether
+/// they were published before (nothing was written).
+struct Written {
+    positions: Vec<i64>,
+    duplicate: bool,
+}
+
+impl Request {
+    /// Arguments `first..first + 5` of the call, checked (22023): type, key,
+    /// headers, idempotency_key, expected_prev. Arguments past the call's
+    /// own count are null (0.2.0's declarations pass two).
+    ///
+    /// # Safety
+    /// SAFETY: `fcinfo` is a valid call whose arguments from `first` on have the declared types.
+    unsafe fn from_args(fcinfo: pg_sys::FunctionCallInfo, first: usize) -> Request {
+        if ((*fcinfo).nargs as usize) < first + 5 {
+            return Request { envelope: Envelope::default(), idempotency_key: None, expected_prev: None };
+        }
+        let envelope = Envelope::from_args(fcinfo, first);
+        let idempotency_key = (!pgrx::fcinfo::pg_arg_is_null(fcinfo, first + 3)).then(|| {
+            let key = pgrx::fcinfo::pg_getarg::<&str>(fcinfo, first + 3).unwrap_or_default();
+            envelope::check_idempotency_key(key).map_err(envelope_invalid).or_raise();
+            pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, first + 3)
+        });
+        let expected_prev = pgrx::fcinfo::pg_getarg::<i64>(fcinfo, first + 4);
+        if let Some(value) = expected_prev.filter(|&p| p < 0) {
+            StreamsError::NegativeArgument { argument: "expected_prev", value }.raise();
+        }
+        Request { envelope, idempotency_key, expected_prev }
+    }
+
+    /// A row of the log for one event of this request.
+    fn row(&self, position: i64, stream: pg_sys::Datum, tx: pg_sys::Datum, data: pg_sys::Datum) -> Row {
+        let [type_, key, headers] = self.envelope.columns();
+        [Some(pg_sys::Datum::from(position)), Some(stream), Some(tx), Some(data), type_, key, headers]
+    }
+
+    /// Take `count` positions and `append` them, unless the idempotency key
+    /// is remembered; with an expected version, only when the stream is at
+    /// it (40001 otherwise).
+    ///
+    /// # Safety
+    /// SAFETY: inside the publishing transaction, after [`checked_stream`]; `stream_datum` is the
+    /// text datum of `stream`.
+    unsafe fn write(
+        &self,
+        sequence: pg_sys::Oid,
+        stream: &str,
+        stream_datum: pg_sys::Datum,
+        count: usize,
+        append: impl FnOnce(&[i64]),
+    ) -> Written {
+        let (owner, log) = log_owner_and_table(sequence);
+        let duplicate = |positions: Vec<i64>| Written { positions, duplicate: true };
+        if let Some(key) = self.idempotency_key {
+            if let Some(positions) = idempotency::remembered(owner, stream_datum, key) {
+                return duplicate(positions);
+            }
+        }
+        if let Some(expected) = self.expected_prev {
+            // A retry of the append that moved the stream (committed while
+            // this one waited for the stream) is a duplicate, not a conflict.
+            let retried = || self.idempotency_key.and_then(|key| idempotency::remembered(owner, stream_datum, key));
+            if let Some(positions) = expected::check(log, stream, stream_datum, expected, retried) {
+                return duplicate(positions);
+            }
+        }
+        let positions: Vec<i64> = (0..count).map(|_| next_position(sequence)).collect();
+        if let Some(key) = self.idempotency_key {
+            if let Some(original) = idempotency::remember(owner, stream_datum, key, &positions) {
+                return duplicate(original);
+            }
+        }
+        if count > 0 {
+            append(&positions);
+        }
+        Written { positions, duplicate: false }
+    }
+}
+
+fn envelope_invalid(error: litebase_streams_core::envelope::EnvelopeError) -> StreamsError {
+    crate::log::envelope::invalid(error)
+}
+
+/// A row as SPI takes it: the datums (0 for null) and the null flags.
+fn spi_values(row: &Row) -> ([pg_sys::Datum; ROW_COLUMNS], [bool; ROW_COLUMNS]) {
+    (row.map(|value| value.unwrap_or(pg_sys::Datum::from(0))), row.map(|value| value.is_none()))
+}
+
+thread_local! {
+    /// Whether this backend's last publish was a duplicate (for
+    /// `streams.publish_once`).
+    static PUBLISH_RESULT: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// `streams._last_publish_duplicate() → boolean`: whether this session's
+/// last publish found its idempotency key remembered (null before any).
+#[pg_extern(sql = false)]
+fn _last_publish_duplicate() -> Option<bool> {
+    PUBLISH_RESULT.with(|r| r.get())
+}
 
 /// The elements of a jsonb array without nulls (checked by the caller).
 ///
@@ -155,6 +307,8 @@ unsafe fn array_elements(array: *mut pg_sys::ArrayType) -> Vec<pg_sys::Datum> {
 thread_local! {
     static INSERT_EVENT_PLAN: Cell<pg_sys::SPIPlanPtr> = const { Cell::new(std::ptr::null_mut()) };
     static INSERT_BATCH_PLAN: Cell<pg_sys::SPIPlanPtr> = const { Cell::new(std::ptr::null_mut()) };
+    static INSERT_EVENT_ENVELOPE_PLAN: Cell<pg_sys::SPIPlanPtr> = const { Cell::new(std::ptr::null_mut()) };
+    static INSERT_BATCH_ENVELOPE_PLAN: Cell<pg_sys::SPIPlanPtr> = const { Cell::new(std::ptr::null_mut()) };
     /// (sequence, owner of the log, `streams.event_log`) of the last publish.
     static LOG: Cell<(pg_sys::Oid, pg_sys::Oid, pg_sys::Oid)> =
         const { Cell::new((pg_sys::InvalidOid, pg_sys::InvalidOid, pg_sys::InvalidOid)) };
@@ -164,6 +318,37 @@ static INSERT_EVENT: KeptPlan<4> = KeptPlan {
     sql: c"INSERT INTO streams.event_log (position, stream, tx, data) VALUES ($1, $2, $3, $4)",
     types: [pg_sys::INT8OID, pg_sys::TEXTOID, pg_sys::XID8OID, pg_sys::JSONBOID],
     plan: INSERT_EVENT_PLAN,
+};
+
+static INSERT_EVENT_ENVELOPE: KeptPlan<7> = KeptPlan {
+    sql: c"INSERT INTO streams.event_log (position, stream, tx, data, type, key, headers)
+           VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    types: [
+        pg_sys::INT8OID,
+        pg_sys::TEXTOID,
+        pg_sys::XID8OID,
+        pg_sys::JSONBOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::JSONBOID,
+    ],
+    plan: INSERT_EVENT_ENVELOPE_PLAN,
+};
+
+static INSERT_BATCH_ENVELOPE: KeptPlan<7> = KeptPlan {
+    sql: c"INSERT INTO streams.event_log (position, stream, tx, data, type, key, headers)
+           SELECT u.position, $2, $3, u.data, $5, $6, $7
+           FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($4)) AS u(position, data)",
+    types: [
+        pg_sys::INT8ARRAYOID,
+        pg_sys::TEXTOID,
+        pg_sys::XID8OID,
+        pg_sys::JSONBARRAYOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::JSONBOID,
+    ],
+    plan: INSERT_BATCH_ENVELOPE_PLAN,
 };
 
 static INSERT_BATCH: KeptPlan<4> = KeptPlan {
@@ -189,10 +374,18 @@ fn current_tx() -> pg_sys::Datum {
 /// # Safety
 /// SAFETY: call inside a transaction; `insert` runs between SPI's connect and finish, and an
 /// ERROR's (sub)transaction abort restores the user id, SPI and what the appender opened.
-unsafe fn write_as_owner(sequence: pg_sys::Oid, rows: impl Iterator<Item = [pg_sys::Datum; 4]>, insert: impl FnOnce()) {
+unsafe fn write_as_owner(sequence: pg_sys::Oid, rows: impl Iterator<Item = Row>, insert: impl FnOnce()) {
     let (owner, log) = log_owner_and_table(sequence);
     privileges::as_owner(owner, || match Appender::open(log) {
         Some(mut appender) => {
+            let mut rows = rows.peekable();
+            if !appender.has_envelope() && rows.peek().is_some_and(|row| row[4..].iter().any(Option::is_some)) {
+                appender.close();
+                StreamsError::MissingObject(
+                    "the envelope columns of streams.event_log (ALTER EXTENSION litebase_streams UPDATE)",
+                )
+                .raise();
+            }
             for row in rows {
                 appender.append(row);
             }

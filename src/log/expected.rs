@@ -1,0 +1,118 @@
+//! Expected version: `publish(..., expected_prev => p)` appends only while
+//! the stream's newest event, counting other transactions' uncommitted
+//! publishes to it, is at position `p` (0: the stream has none).
+//!
+//! Such publishers of one stream take a transaction-scoped lock of the
+//! stream (an advisory lock tag of the extension's own, by the hash of the
+//! name: streams that share a hash only share waits), then read the newest
+//! position of the stream through its (stream, position) index with a dirty
+//! snapshot, which sees committed and still-open inserts alike, and take
+//! their positions while holding the lock: of concurrent appenders that
+//! expect the same `p`, the first one commits and every later one finds its
+//! event. Publishers without `expected_prev` take no such lock.
+
+use pgrx::pg_sys;
+
+use crate::error::StreamsError;
+use litebase_streams_core::keys::key_hash;
+
+/// `locktag_field4` of stream locks: none of PostgreSQL's advisory lock
+/// functions (1 and 2) nor of the subscriptions' claims.
+const STREAM_TAG: u16 = 0x5354; // "ST"
+
+/// Lock `stream` for appending with an expected version, until the
+/// transaction ends. The wait obeys lock_timeout, cancel and deadlock
+/// detection.
+fn lock_stream(stream: &str) {
+    let tag = pg_sys::LOCKTAG {
+        // SAFETY: MyDatabaseId is set once the backend connected; a plain read.
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: key_hash(stream),
+        locktag_field3: 0,
+        locktag_field4: STREAM_TAG,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+    };
+    // SAFETY: a transaction-scoped lock on a tag of our own; a wait raises on
+    // interrupts through pgrx's FFI guard.
+    unsafe { pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, false, false) };
+}
+
+/// The newest position of `stream` in `log`, committed or not (0: none),
+/// read through `index`, the log's (stream, position) index.
+///
+/// # Safety
+/// SAFETY: inside a transaction that holds a lock on `log`; `stream` is a text datum.
+unsafe fn newest_position(log: pg_sys::Oid, index: pg_sys::Oid, stream: pg_sys::Datum) -> i64 {
+    let heap = pg_sys::table_open(log, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+    let irel = pg_sys::index_open(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+    let mut snapshot: pg_sys::SnapshotData = std::mem::zeroed();
+    snapshot.snapshot_type = pg_sys::SnapshotType::SNAPSHOT_DIRTY;
+    let scan = pg_sys::index_beginscan(heap, irel, &mut snapshot, 1, 0);
+    let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
+    pg_sys::ScanKeyEntryInitialize(
+        &mut key,
+        0,
+        1,
+        pg_sys::BTEqualStrategyNumber as u16,
+        pg_sys::InvalidOid,
+        *(*irel).rd_indcollation,
+        pg_sys::Oid::from(pg_sys::F_TEXTEQ),
+        stream,
+    );
+    pg_sys::index_rescan(scan, &mut key, 1, std::ptr::null_mut(), 0);
+    let slot = pg_sys::table_slot_create(heap, std::ptr::null_mut());
+    let mut newest = 0;
+    if pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::BackwardScanDirection, slot) {
+        let mut is_null = false;
+        let datum = pg_sys::slot_getattr(slot, 1, &mut is_null);
+        if !is_null {
+            newest = datum.value() as i64;
+        }
+    }
+    pg_sys::ExecDropSingleTupleTableSlot(slot);
+    pg_sys::index_endscan(scan);
+    pg_sys::index_close(irel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+    pg_sys::table_close(heap, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+    newest
+}
+
+/// Lock `stream` and check that its newest event is at `expected`: 40001
+/// naming the actual one otherwise, unless `duplicate` finds the publish
+/// already done (an idempotent retry of the append that moved the stream):
+/// then its positions.
+///
+/// # Safety
+/// SAFETY: inside the publishing transaction, after the publish privilege check; `stream_datum`
+/// is the text datum of `stream`.
+pub(crate) unsafe fn check(
+    log: pg_sys::Oid,
+    stream: &str,
+    stream_datum: pg_sys::Datum,
+    expected: i64,
+    duplicate: impl FnOnce() -> Option<Vec<i64>>,
+) -> Option<Vec<i64>> {
+    lock_stream(stream);
+    let index = stream_index(log);
+    let actual = newest_position(log, index, stream_datum);
+    if actual == expected {
+        return None;
+    }
+    if let Some(positions) = duplicate() {
+        return Some(positions);
+    }
+    StreamsError::UnexpectedPrev { stream: stream.to_owned(), expected, actual }.raise()
+}
+
+/// The OID of `streams.event_log_stream_position`.
+///
+/// # Safety
+/// SAFETY: a catalog lookup inside a transaction.
+unsafe fn stream_index(log: pg_sys::Oid) -> pg_sys::Oid {
+    let schema = pg_sys::get_rel_namespace(log);
+    let index = pg_sys::get_relname_relid(c"event_log_stream_position".as_ptr(), schema);
+    if index == pg_sys::InvalidOid {
+        StreamsError::MissingObject("index streams.event_log_stream_position").raise();
+    }
+    index
+}
