@@ -99,6 +99,8 @@ pub enum StreamsError {
     BackoffOrder,
     /// A type, key, headers or idempotency key that breaks the envelope's rules.
     InvalidEnvelope { argument: &'static str, reason: String },
+    /// An idempotency key remembered for other events than the ones asked.
+    IdempotencyKeyReused { stream: String, key: String, position: i64 },
     /// publish(expected_prev => p) found the stream's newest event elsewhere.
     UnexpectedPrev { stream: String, expected: i64, actual: i64 },
     /// An ack, nack or extend_lease of a lease that expired or was taken over.
@@ -374,11 +376,21 @@ impl StreamsError {
             StreamsError::InvalidEnvelope { argument, reason } => {
                 described(ERRCODE_INVALID_PARAMETER_VALUE, format!("invalid {argument}: {reason}"))
             }
+            StreamsError::IdempotencyKeyReused { stream, key, position } => described(
+                ERRCODE_UNIQUE_VIOLATION,
+                format!("idempotency key \"{}\" of stream \"{stream}\" was used for another event", key.escape_default()),
+            )
+            .detail(format!("The key published the event at position {position}, with other data or envelope."))
+            .hint("Use a new idempotency key for a new event; a retry must repeat the original exactly."),
             StreamsError::UnexpectedPrev { stream, expected, actual } => described(
                 ERRCODE_T_R_SERIALIZATION_FAILURE,
                 format!("stream \"{stream}\" is not at the expected position {expected}"),
             )
-            .detail(format!("The newest event of the stream, counting uncommitted ones, is at position {actual}."))
+            .detail(if *actual == 0 {
+                "The stream has no events, counting uncommitted ones.".to_owned()
+            } else {
+                format!("The newest event of the stream, counting uncommitted ones, is at position {actual}.")
+            })
             .hint("Another writer appended first: read the stream again (streams.stream_head) and retry."),
             StreamsError::TextTooLong { argument, limit } => {
                 described(ERRCODE_INVALID_PARAMETER_VALUE, format!("{argument} is longer than {limit} bytes"))

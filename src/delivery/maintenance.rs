@@ -1,7 +1,8 @@
 //! The worker's housekeeping between rounds, every [`SUMMARY_INTERVAL`]:
-//! summarising new BRIN ranges of the log and merging the short rows of
-//! commit times the rounds wrote. Neither makes an event final, so they
-//! commit without waiting for the WAL flush or synchronous standbys.
+//! summarising new BRIN ranges of the log, merging the short rows of
+//! commit times the rounds wrote, and forgetting idempotency keys older than
+//! the window. None makes an event final, so they commit without waiting for
+//! the WAL flush or synchronous standbys.
 
 use std::time::Duration;
 
@@ -55,5 +56,36 @@ pub(super) fn compact_commit_times(compacted: &mut crate::log::commit_times::Com
     });
     if let Err(failure) = result {
         warn_failed("merging commit times", &failure, SUMMARY_INTERVAL);
+    }
+}
+
+/// The most idempotency keys one interval deletes: at 10,000 per 5 s the
+/// worker keeps up with 2,000 keyed publishes per second, and a larger
+/// backlog (after the window was shortened) goes in steps instead of one
+/// long transaction.
+const FORGET_PER_INTERVAL: i64 = 10_000;
+
+/// Delete idempotency keys older than `litebase_streams.idempotency_window`
+/// (publish already treats them as forgotten; this bounds the table). Not
+/// before the 0.3.0 update, which made the table. A failure is logged and
+/// retried at the next interval.
+pub(super) fn forget_idempotency_keys() {
+    const FORGET: &str = "DELETE FROM streams.idempotency_keys k
+        WHERE k.ctid = ANY (ARRAY(SELECT o.ctid FROM streams.idempotency_keys o
+                                  WHERE o.created_at < pg_catalog.now() - pg_catalog.make_interval(secs => $1)
+                                  LIMIT $2))";
+    let result = attempt(|| {
+        let exists = Spi::get_one::<bool>("SELECT pg_catalog.to_regclass('streams.idempotency_keys') IS NOT NULL")
+            .context("looking up streams.idempotency_keys");
+        if exists != Some(true) {
+            return;
+        }
+        commit_without_waiting();
+        let window = crate::gucs::idempotency_window_s() as f64;
+        Spi::run_with_args(FORGET, &[window.into(), FORGET_PER_INTERVAL.into()])
+            .context("forgetting idempotency keys");
+    });
+    if let Err(failure) = result {
+        warn_failed("forgetting idempotency keys", &failure, SUMMARY_INTERVAL);
     }
 }

@@ -31,7 +31,7 @@ use std::time::Duration;
 use pgrx::bgworkers::*;
 use pgrx::prelude::*;
 
-use super::maintenance::{compact_commit_times, summarize_new_ranges, SUMMARY_INTERVAL};
+use super::maintenance::{compact_commit_times, forget_idempotency_keys, summarize_new_ranges, SUMMARY_INTERVAL};
 use super::round::{Phase, Round};
 use super::runtime::{
     attempt, extension_installed, in_transaction, left_for_a_dropped_database, pin_session_settings,
@@ -230,6 +230,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                     next_summary = std::time::Instant::now() + SUMMARY_INTERVAL;
                     summarize_new_ranges();
                     compact_commit_times(&mut compacted);
+                    forget_idempotency_keys();
                     start_webhook_worker(db);
                 }
                 if more {

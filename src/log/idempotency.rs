@@ -15,6 +15,7 @@
 
 use pgrx::pg_sys;
 
+use crate::error::StreamsError;
 use crate::gucs;
 use crate::log::kept_plan::{spi, KeptPlan};
 use crate::log::privileges;
@@ -22,6 +23,7 @@ use crate::log::privileges;
 thread_local! {
     static REMEMBERED_PLAN: std::cell::Cell<pg_sys::SPIPlanPtr> = const { std::cell::Cell::new(std::ptr::null_mut()) };
     static REMEMBER_PLAN: std::cell::Cell<pg_sys::SPIPlanPtr> = const { std::cell::Cell::new(std::ptr::null_mut()) };
+    static SAME_PLAN: std::cell::Cell<pg_sys::SPIPlanPtr> = const { std::cell::Cell::new(std::ptr::null_mut()) };
 }
 
 /// The positions a remembered key published, in order.
@@ -44,6 +46,59 @@ static REMEMBER: KeptPlan<4> = KeptPlan {
     types: [pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::INT8ARRAYOID, pg_sys::FLOAT8OID],
     plan: REMEMBER_PLAN,
 };
+
+/// Whether the events at positions $1 are the ones asked again: data $2 in
+/// order, with type $3, key $4 and headers $5 (jsonb equality: the same
+/// JSON value however it is spelled).
+static SAME: KeptPlan<5> = KeptPlan {
+    sql: c"SELECT coalesce(pg_catalog.array_agg(e.data ORDER BY e.position) = $2
+                    AND pg_catalog.bool_and(e.type IS NOT DISTINCT FROM $3 AND e.key IS NOT DISTINCT FROM $4
+                                            AND e.headers IS NOT DISTINCT FROM $5), false)
+           FROM streams.event_log e WHERE e.position = ANY ($1)",
+    types: [pg_sys::INT8ARRAYOID, pg_sys::JSONBARRAYOID, pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::JSONBOID],
+    plan: SAME_PLAN,
+};
+
+/// What a repeated publish asks, to compare with what the key published.
+pub(crate) struct Asked<'a> {
+    /// The data of each event (a jsonb[] datum).
+    pub data: pg_sys::Datum,
+    /// type, key, headers (None: null).
+    pub envelope: [Option<pg_sys::Datum>; 3],
+    pub stream: &'a str,
+    pub key: &'a str,
+}
+
+/// `positions`, when the events there are what `asked` asks; 23505 when
+/// the key published something else (a key used again for another event).
+///
+/// # Safety
+/// SAFETY: as for [`remembered`]; `asked.data` is a jsonb[] datum and the envelope's datums
+/// are text, text and jsonb.
+pub(crate) unsafe fn the_same(owner: pg_sys::Oid, positions: Vec<i64>, asked: &Asked<'_>) -> Vec<i64> {
+    use pgrx::IntoDatum;
+    let array = positions.as_slice().into_datum().expect("an array datum");
+    let [type_, key, headers] = asked.envelope;
+    let mut values =
+        [array, asked.data, type_.unwrap_or(0.into()), key.unwrap_or(0.into()), headers.unwrap_or(0.into())];
+    let nulls = [false, false, type_.is_none(), key.is_none(), headers.is_none()];
+    let same = privileges::as_owner(owner, || {
+        spi::connect();
+        SAME.execute_with_nulls(&mut values, Some(nulls), pg_sys::SPI_OK_SELECT);
+        let same = spi::first_bool();
+        spi::finish();
+        same
+    });
+    if same != Some(true) {
+        StreamsError::IdempotencyKeyReused {
+            stream: asked.stream.to_owned(),
+            key: asked.key.to_owned(),
+            position: positions.first().copied().unwrap_or_default(),
+        }
+        .raise();
+    }
+    positions
+}
 
 fn window() -> pg_sys::Datum {
     pg_sys::Datum::from((gucs::idempotency_window_s() as f64).to_bits() as usize)

@@ -93,7 +93,8 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish(fcinfo: pg_sys::Functio
     let request = Request::from_args(fcinfo, 2);
     let sequence = checked_stream(stream);
     let stream_datum = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0);
-    let written = request.write(sequence, stream.unwrap_or_default(), stream_datum, 1, |positions| {
+    let one = || one_element_array(data);
+    let written = request.write(sequence, stream.unwrap_or_default(), stream_datum, 1, one, |positions| {
         let tx = current_tx();
         let row = request.row(positions[0], stream_datum, tx, data);
         let (mut values, nulls) = spi_values(&row);
@@ -143,7 +144,8 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish_batch(fcinfo: pg_sys::F
         check_size(element);
     }
     let stream_datum = pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0);
-    let written = request.write(sequence, stream.unwrap_or_default(), stream_datum, elements.len(), |positions| {
+    let all = || pg_sys::Datum::from(array);
+    let written = request.write(sequence, stream.unwrap_or_default(), stream_datum, elements.len(), all, |positions| {
         let tx = current_tx();
         let rows =
             positions.iter().zip(&elements).map(|(&position, &data)| request.row(position, stream_datum, tx, data));
@@ -177,6 +179,9 @@ ffi::function_info_v1!(pg_finfo_litebase_streams_publish_batch);
 /// What a publish asks beside its data: the envelope, an idempotency key
 /// and an expected version.
 struct Request {
+    fcinfo: pg_sys::FunctionCallInfo,
+    /// The argument number of `type`.
+    first: usize,
     envelope: Envelope,
     idempotency_key: Option<pg_sys::Datum>,
     expected_prev: Option<i64>,
@@ -198,7 +203,13 @@ impl Request {
     /// SAFETY: `fcinfo` is a valid call whose arguments from `first` on have the declared types.
     unsafe fn from_args(fcinfo: pg_sys::FunctionCallInfo, first: usize) -> Request {
         if ((*fcinfo).nargs as usize) < first + 5 {
-            return Request { envelope: Envelope::default(), idempotency_key: None, expected_prev: None };
+            return Request {
+                fcinfo,
+                first,
+                envelope: Envelope::default(),
+                idempotency_key: None,
+                expected_prev: None,
+            };
         }
         let envelope = Envelope::from_args(fcinfo, first);
         let idempotency_key = (!pgrx::fcinfo::pg_arg_is_null(fcinfo, first + 3)).then(|| {
@@ -210,7 +221,7 @@ impl Request {
         if let Some(value) = expected_prev.filter(|&p| p < 0) {
             StreamsError::NegativeArgument { argument: "expected_prev", value }.raise();
         }
-        Request { envelope, idempotency_key, expected_prev }
+        Request { fcinfo, first, envelope, idempotency_key, expected_prev }
     }
 
     /// A row of the log for one event of this request.
@@ -232,10 +243,15 @@ impl Request {
         stream: &str,
         stream_datum: pg_sys::Datum,
         count: usize,
+        data_array: impl Fn() -> pg_sys::Datum,
         append: impl FnOnce(&[i64]),
     ) -> Written {
         let (owner, log) = log_owner_and_table(sequence);
-        let duplicate = |positions: Vec<i64>| Written { positions, duplicate: true };
+        let duplicate = |positions: Vec<i64>| {
+            let key = pgrx::fcinfo::pg_getarg::<&str>(self.fcinfo, self.first + 3).unwrap_or_default();
+            let asked = idempotency::Asked { data: data_array(), envelope: self.envelope.columns(), stream, key };
+            Written { positions: idempotency::the_same(owner, positions, &asked), duplicate: true }
+        };
         if let Some(key) = self.idempotency_key {
             if let Some(positions) = idempotency::remembered(owner, stream_datum, key) {
                 return duplicate(positions);
@@ -282,6 +298,17 @@ thread_local! {
 #[pg_extern(sql = false)]
 fn _last_publish_duplicate() -> Option<bool> {
     PUBLISH_RESULT.with(|r| r.get())
+}
+
+/// A jsonb[] of one element, `data`.
+fn one_element_array(data: pg_sys::Datum) -> pg_sys::Datum {
+    let mut element = data;
+    // SAFETY: one jsonb datum; construct_array copies it into a new array in the current memory
+    // context, and raises (through pgrx's FFI guard) when out of memory.
+    let array = unsafe {
+        pg_sys::construct_array(&mut element, 1, pg_sys::JSONBOID, -1, false, pg_sys::TYPALIGN_INT as std::ffi::c_char)
+    };
+    pg_sys::Datum::from(array)
 }
 
 /// The elements of a jsonb array without nulls (checked by the caller).
