@@ -93,16 +93,17 @@ CREATE TABLE streams.subscription_keys (
 CREATE FUNCTION streams._bounded_key(key text) RETURNS text
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', '_bounded_key_wrapper';
 
--- streams._event_key(key_path, stream, data) -> text
+-- streams._event_key(key_path, stream, data, key) -> text
 -- The key of an event for a subscription ordered per key: the stream for
--- '{$stream}', else the text at that path of data ('' when it has none),
--- bounded. No SET clause, so that the planner inlines it into the queries
+-- '{$stream}', the event's own key for '{$key}', else the text at that path
+-- of data ('' when it has none), bounded. No SET clause, so that the planner inlines it into the queries
 -- that scan events; every operator, function and type is qualified instead
 -- (its body is parsed where it is inlined, under the caller's search_path).
-CREATE FUNCTION streams._event_key(key_path text[], stream text, data jsonb) RETURNS text
+CREATE FUNCTION streams._event_key(key_path text[], stream text, data jsonb, key text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT streams._bounded_key(
         CASE WHEN key_path OPERATOR(pg_catalog.=) '{$stream}'::pg_catalog.text[] THEN stream
+             WHEN key_path OPERATOR(pg_catalog.=) '{$key}'::pg_catalog.text[] THEN coalesce(key, ''::pg_catalog.text)
              ELSE coalesce(data OPERATOR(pg_catalog.#>>) key_path, ''::pg_catalog.text) END)
 $$;
 
@@ -423,7 +424,7 @@ LEFT JOIN LATERAL (
                       WHERE p.subscription = s.id AND p.chunk = streams._chunk(e.position) AND p.done_through >= e.position)
       AND NOT EXISTS (SELECT FROM streams.subscription_keys k
                       WHERE s.key_path IS NOT NULL AND k.subscription = s.id
-                        AND k.key = streams._event_key(s.key_path, e.stream, e.data) AND k.position >= e.position)
+                        AND k.key = streams._event_key(s.key_path, e.stream, e.data, e.key) AND k.position >= e.position)
     ORDER BY e.position LIMIT 1
 ) first_pending ON true
 LEFT JOIN LATERAL (
@@ -437,7 +438,7 @@ LEFT JOIN LATERAL (
                       WHERE p.subscription = s.id AND p.chunk = streams._chunk(e.position) AND p.done_through >= e.position)
       AND NOT EXISTS (SELECT FROM streams.subscription_keys k
                       WHERE s.key_path IS NOT NULL AND k.subscription = s.id
-                        AND k.key = streams._event_key(s.key_path, e.stream, e.data) AND k.position >= e.position)
+                        AND k.key = streams._event_key(s.key_path, e.stream, e.data, e.key) AND k.position >= e.position)
 ) pending ON true
 LEFT JOIN (
     SELECT c.subscription, pg_catalog.sum(c.claimed)::bigint AS claimed, pg_catalog.array_agg(DISTINCT c.pid) AS pids
@@ -480,7 +481,7 @@ COMMENT ON FUNCTION streams._claims() IS 'Internal: the events open transactions
 COMMENT ON FUNCTION streams._start_position(text, bigint, timestamptz, xid8) IS 'Internal: where a subscription starts or seeks to.';
 COMMENT ON FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean) IS 'Create a durable, named subscription to a stream, ''prefix.*'' or ''*''; ordered in one sequence, per key, or not; max_attempts and backoff for failing events.';
 COMMENT ON TABLE streams.subscription_keys IS 'Subscriptions ordered per key: the last processed event of each key above the position.';
-COMMENT ON FUNCTION streams._event_key(text[], text, jsonb) IS 'Internal: an event''s key for a subscription ordered per key.';
+COMMENT ON FUNCTION streams._event_key(text[], text, jsonb, text) IS 'Internal: an event''s key for a subscription ordered per key.';
 COMMENT ON FUNCTION streams._bounded_key(text) IS 'Internal: a key up to 200 bytes, else its SHA-256 digest.';
 COMMENT ON COLUMN streams.subscription_state.key IS 'Ordered per key: the key as given (a path into data, or ''$stream''); NULL otherwise.';
 COMMENT ON COLUMN streams.subscription_state.on_dead_letter IS 'Ordered per key: whether a dead letter holds its key''s later events (hold) or not (skip).';

@@ -109,7 +109,7 @@ pub enum StreamsError {
     LockReserved(String),
     /// key => ... with ordered => false.
     KeyNeedsOrdered,
-    /// A key that is not '$stream' or a path into data.
+    /// A key that is not '$key', '$stream' or a path into data.
     InvalidKeyPath { key: String, reason: &'static str },
     /// on_dead_letter other than 'hold' or 'skip'.
     InvalidOnDeadLetter(String),
@@ -428,7 +428,7 @@ impl StreamsError {
             .hint("Leave ordered at its default (true) with key => ..., or drop the key for competing consumers without order."),
             StreamsError::InvalidKeyPath { key, reason } => {
                 described(ERRCODE_INVALID_PARAMETER_VALUE, format!("invalid key \"{key}\": {reason}"))
-                    .hint("key => 'order_id' (a field of data), 'customer.id' (a nested one) or '$stream' (per stream).")
+                    .hint("key => '$key' (the event's own key), 'order_id' (a field of data), 'customer.id' (a nested one) or '$stream' (per stream).")
             }
             StreamsError::InvalidOnDeadLetter(value) => described(
                 ERRCODE_INVALID_PARAMETER_VALUE,

@@ -8,8 +8,11 @@ mod common;
 
 use common::*;
 
-/// (position, type, key, headers as text) of `query`'s rows.
-fn envelopes(c: &mut postgres::Client, query: &str) -> Vec<(i64, Option<String>, Option<String>, Option<String>)> {
+/// (position, type, key, headers as text) of one event.
+type Enveloped = (i64, Option<String>, Option<String>, Option<String>);
+
+/// The envelopes of `query`'s rows.
+fn envelopes(c: &mut postgres::Client, query: &str) -> Vec<Enveloped> {
     c.query(query, &[]).unwrap().iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect()
 }
 
@@ -45,7 +48,7 @@ fn the_envelope_comes_back_from_every_sql_reader() {
         (batch[0], Some("order.paid".to_owned()), Some("ord_2".to_owned()), None),
         (batch[1], Some("order.paid".to_owned()), Some("ord_2".to_owned()), None),
     ];
-    let normalized = |rows: Vec<(i64, Option<String>, Option<String>, Option<String>)>| {
+    let normalized = |rows: Vec<Enveloped>| {
         rows.into_iter().map(|(p, t, k, h)| (p, t, k, h.map(|h| json(&h).to_string()))).collect::<Vec<_>>()
     };
     for query in [

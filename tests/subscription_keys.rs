@@ -500,6 +500,36 @@ fn key_stream_makes_each_stream_of_a_pattern_a_key_of_its_own() {
     assert_eq!(progress(&mut a, "shops").pending, 0);
 }
 
+/// key => '$key': the envelope's key orders the events, whatever their data says.
+#[test]
+fn key_envelope_orders_by_the_events_own_key() {
+    let db = TestDb::new();
+    let (mut a, mut b) = (db.connect(), db.connect());
+    a.batch_execute("SELECT streams.create_subscription('by_key', 'orders', after => 0, key => '$key')").unwrap();
+    assert_eq!(status(&mut a, "by_key", "key"), "$key");
+    // The data's order_id is the same for all: only the envelope's key counts.
+    let keys = ["acct.1", "acct.2", "acct.1", "acct.2", "acct.1"];
+    let p: Vec<i64> = keys
+        .iter()
+        .enumerate()
+        .map(|(n, key)| {
+            a.query_one("SELECT streams.publish('orders', $1::text::jsonb, key => $2)", &[&order("o1", n), key])
+                .unwrap()
+                .get(0)
+        })
+        .collect();
+    wait_for_horizon(&mut a, p[4]);
+    assert_eq!(begin_poll(&mut a, "by_key", 1), [p[0]], "A holds acct.1");
+    let got = begin_poll(&mut b, "by_key", 50);
+    assert_eq!(got, of_key(&p, &keys, "acct.2", true), "B gets acct.2's events, none of acct.1's");
+    ack_commit(&mut b, "by_key", got.last());
+    ack_commit(&mut a, "by_key", Some(&p[0]));
+    let got = begin_poll(&mut b, "by_key", 50);
+    assert_eq!(got, [p[2], p[4]], "then acct.1's next events, in order");
+    ack_commit(&mut b, "by_key", got.last());
+    assert_eq!(progress(&mut a, "by_key").pending, 0);
+}
+
 // --- bad input and other roles -------------------------------------------------------
 
 #[test]

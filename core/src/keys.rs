@@ -6,6 +6,9 @@
 pub enum KeyPath {
     /// The stream name (`'$stream'`): ordered per stream.
     Stream,
+    /// The event's own key (`'$key'`, the envelope's): an event without
+    /// one has the empty key.
+    Envelope,
     /// A path into the event's data (`'order_id'`, `'customer.id'`,
     /// `'$.customer.id'`): its text; an event without it has the empty key.
     Data(Vec<String>),
@@ -19,12 +22,14 @@ const LONGEST_SEGMENT: usize = 63;
 
 /// Parse a key path; the reason when it is not one.
 pub fn parse_key_path(path: &str) -> Result<KeyPath, &'static str> {
-    if path == "$stream" {
-        return Ok(KeyPath::Stream);
+    match path {
+        "$stream" => return Ok(KeyPath::Stream),
+        "$key" => return Ok(KeyPath::Envelope),
+        _ => {}
     }
     let dotted = path.strip_prefix("$.").unwrap_or(path);
     if dotted.is_empty() {
-        return Err("a key is '$stream' or a path into data such as 'order_id' or 'customer.id'");
+        return Err("a key is '$key', '$stream' or a path into data such as 'order_id' or 'customer.id'");
     }
     let segments: Vec<&str> = dotted.split('.').collect();
     if segments.len() > MOST_SEGMENTS {
@@ -47,6 +52,7 @@ impl KeyPath {
     pub fn as_array(&self) -> Vec<String> {
         match self {
             KeyPath::Stream => vec!["$stream".to_owned()],
+            KeyPath::Envelope => vec!["$key".to_owned()],
             KeyPath::Data(segments) => segments.clone(),
         }
     }
@@ -85,6 +91,8 @@ mod tests {
     #[test]
     fn key_paths_are_the_stream_or_dotted_paths_into_data() {
         assert_eq!(parse_key_path("$stream"), Ok(KeyPath::Stream));
+        assert_eq!(parse_key_path("$key"), Ok(KeyPath::Envelope));
+        assert_eq!(KeyPath::Envelope.as_array(), vec!["$key"]);
         assert_eq!(parse_key_path("order_id"), Ok(KeyPath::Data(vec!["order_id".into()])));
         assert_eq!(parse_key_path("$.customer.id"), Ok(KeyPath::Data(vec!["customer".into(), "id".into()])));
         assert_eq!(parse_key_path("a-b.c_d.0"), Ok(KeyPath::Data(vec!["a-b".into(), "c_d".into(), "0".into()])));

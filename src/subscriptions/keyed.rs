@@ -70,7 +70,7 @@ fn window(
     let sql = format!(
         "SELECT e.position, k.key
          FROM streams.event_log e
-         CROSS JOIN LATERAL (SELECT streams._event_key($5, e.stream, e.data) AS key OFFSET 0) k
+         CROSS JOIN LATERAL (SELECT streams._event_key($5, e.stream, e.data, e.key) AS key OFFSET 0) k
          WHERE e.position > $1 AND e.position <= $2 {filter}
            AND NOT EXISTS (SELECT FROM streams.subscription_keys s
                            WHERE s.subscription = $4 AND s.key = k.key AND s.position >= e.position)
@@ -94,12 +94,12 @@ fn put_backs(client: &mut SpiClient<'_>, sub: &Subscription) -> SpiResult<Vec<(i
     with_latest_snapshot(|| {
         client
             .select_kept(
-                "SELECT f.position, streams._event_key($2, e.stream, e.data)
+                "SELECT f.position, streams._event_key($2, e.stream, e.data, e.key)
                  FROM streams.subscription_failures f
                  JOIN streams.event_log e ON e.position = f.position
                  CROSS JOIN (SELECT s.position AS low FROM streams.subscription_state s WHERE s.id = $1) s
                  LEFT JOIN streams.subscription_keys k
-                        ON k.subscription = $1 AND k.key = streams._event_key($2, e.stream, e.data)
+                        ON k.subscription = $1 AND k.key = streams._event_key($2, e.stream, e.data, e.key)
                  WHERE f.subscription = $1 AND f.parked_at IS NULL
                    AND (f.retry_at IS NULL OR f.retry_at <= pg_catalog.clock_timestamp())
                    AND (f.position <= s.low OR f.position <= k.position)
@@ -410,7 +410,7 @@ fn keys_of(client: &mut SpiClient<'_>, sub: &Subscription, positions: &[i64]) ->
     let args: [DatumWithOid; 2] = [positions.to_vec().into(), key_path.into()];
     client
         .select_kept(
-            "SELECT e.position, streams._event_key($2, e.stream, e.data) FROM streams.event_log e
+            "SELECT e.position, streams._event_key($2, e.stream, e.data, e.key) FROM streams.event_log e
              WHERE e.position = ANY ($1) ORDER BY e.position",
             None,
             &args,
