@@ -382,8 +382,37 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
     );
     wait_for_horizon(&mut admin_c, batch[0]);
 
+    // Events of before the update have a null envelope; the publisher
+    // publishes one with an envelope now, and the reader reads it.
+    let nulls: i64 = admin_c
+        .query_one(
+            "SELECT count(*) FROM streams.events WHERE position <= $1
+               AND type IS NULL AND key IS NULL AND headers IS NULL",
+            &[&newest_before],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(nulls, before.len() as i64, "events published before the update read back with a null envelope");
+    let mut pub_c = db.connect_as(&publisher.name);
+    let enveloped: i64 = pub_c
+        .query_one(
+            "SELECT streams.publish('orders', '{\"n\":6}', type => 'order.paid', key => 'ord_6',
+                                    headers => '{\"traceparent\":\"00-1-2-01\"}')",
+            &[],
+        )
+        .expect("the 0.1.0 publisher publishes an envelope after the update")
+        .get(0);
+    drop(pub_c);
+    wait_for_horizon(&mut admin_c, enveloped);
+    assert_eq!(next_received(&mut listener, WAIT).map(|n| n.position), Some(enveloped));
+
     // The reader reads.
     let mut read_c = db.connect_as(&reader.name);
+    let envelope: (String, String) = read_c
+        .query_one("SELECT type, key FROM streams.events WHERE position = $1", &[&enveloped])
+        .map(|r| (r.get(0), r.get(1)))
+        .expect("the 0.1.0 reader reads the envelope");
+    assert_eq!(envelope, ("order.paid".to_owned(), "ord_6".to_owned()));
     let all = events(&mut read_c);
     assert_eq!(all, events(&mut admin_c), "the 0.1.0 reader sees every event in streams.events");
     let replayed: Vec<i64> = read_c
@@ -428,8 +457,13 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
 
     // Dump the updated database and restore it into a new one.
     let final_events = events(&mut admin_c);
-    let expected: Vec<i64> =
-        before.iter().copied().chain([held, held2, later]).chain(published_after.iter().copied()).collect();
+    let expected: Vec<i64> = before
+        .iter()
+        .copied()
+        .chain([held, held2, later])
+        .chain(published_after.iter().copied())
+        .chain([enveloped])
+        .collect();
     assert_eq!(final_events.iter().map(|e| e.0).collect::<Vec<_>>(), expected);
     assert_eq!(&final_events[..snapshot.len() + 3], &after[..], "the snapshot and the three later events, unchanged");
     let log_id: String = admin_c.query_one("SELECT streams.log_id()::text", &[]).unwrap().get(0);
@@ -446,6 +480,9 @@ fn update_keeps_every_event_and_the_roles_that_used_them() {
         "the restored database has the snapshot and the three later events (position, stream, time, tx, data)"
     );
     assert_eq!(restored_events, final_events, "the restored database has every event");
+    let restored_type: Option<String> =
+        r.query_one("SELECT type FROM streams.events WHERE position = $1", &[&enveloped]).unwrap().get(0);
+    assert_eq!(restored_type.as_deref(), Some("order.paid"), "the envelope survives the dump and restore");
     let restored_log_id: String = r.query_one("SELECT streams.log_id()::text", &[]).unwrap().get(0);
     assert_ne!(restored_log_id, log_id, "a restored log has a new log_id");
     restored.wait_for_worker();
