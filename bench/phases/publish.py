@@ -5,17 +5,21 @@ publish_batch of 100 events vs a 100-row INSERT; publish vs plain INSERT at
 sync_off_clients with synchronous_commit = off (PGOPTIONS for pgbench, as the
 lag runs of section 2 set it); PgQ's pgq.insert_event as a peer at
 pgq_clients (skipped, with the reason in the report, where the pgq extension
-cannot be installed). Also measures the storage of the
-one-event-per-transaction runs (section 4)."""
+cannot be installed); publish with an envelope (type, key, traceparent),
+with an idempotency key and with expected_prev beside publish without, at
+envelope_clients. Also measures the storage of the one-event-per-transaction
+runs (section 4)."""
 
 from common import (CHANNEL, DB, Listener, connect, f0, fx, info, med, reps_str, rotations, say)
 from phases.consume import ensure_pgq
 
 ORDER = 10
-FULL = dict(secs=8, reps=3, clients=[1, 8, 32], batch_clients=8, sync_off_clients=32, pgq_clients=[1, 8, 32])
+FULL = dict(secs=8, reps=3, clients=[1, 8, 32], batch_clients=8, sync_off_clients=32, pgq_clients=[1, 8, 32],
+            envelope_clients=8)
 # The smoke run installs PgQ and creates its queue but runs no PgQ pgbench: it
 # must stay under a minute (make test), and was at 55-58 s without it.
-QUICK = dict(secs=1, reps=1, clients=[1, 32], batch_clients=8, sync_off_clients=32, pgq_clients=[])
+QUICK = dict(secs=1, reps=1, clients=[1, 32], batch_clients=8, sync_off_clients=32, pgq_clients=[],
+             envelope_clients=8)
 
 # The three single-event methods (pgbench scripts in bench/), in report order.
 METHODS = [
@@ -31,6 +35,13 @@ BATCH_SIZE = 100
 # Publish vs plain INSERT again at cfg["sync_off_clients"], with synchronous_commit = off.
 SYNC_OFF_METHODS = METHODS[:2]
 SYNC_OFF = "-c synchronous_commit=off"
+# Publish with what issue 25 added, against publish without, at cfg["envelope_clients"].
+ENVELOPE_METHODS = [
+    ("publish", "publish", "publish.sql"),
+    ("envelope", "publish + type, key, traceparent", "publish_envelope.sql"),
+    ("idempotent", "publish + idempotency_key", "publish_idempotent.sql"),
+    ("expected", "publish + expected_prev", "publish_expected.sql"),
+]
 # The peer, at cfg["pgq_clients"], interleaved with the three above.
 PGQ_METHOD = ("pgq", "PgQ insert_event", "pgq_insert.sql")
 PGQ_QUEUE = "bench_publish"
@@ -100,6 +111,7 @@ def run(b):
                     info(f"{label:<36} c={cfg['batch_clients']:<3} "
                          f"{r['events_per_s']:>10,.0f} events/s")
             sync_off = _sync_off(b, c, pids)
+            envelope = _envelope(b, c, pids)
             # Every notification must reach the LISTEN client exactly once:
             # one per event published on the channel, one per notify transaction.
             published = c.execute("SELECT count(*) FROM streams.event_log WHERE stream = %s",
@@ -108,7 +120,7 @@ def run(b):
             lst.wait_count(expected, 60)
     finally:
         received, _ = lst.finish()
-    b.res["throughput"] = dict(runs=runs, catchup=catchup, batch=batch, sync_off=sync_off,
+    b.res["throughput"] = dict(runs=runs, catchup=catchup, batch=batch, sync_off=sync_off, envelope=envelope,
                                listener=dict(expected=expected, received=received), pgq=pgq)
     if received != expected:
         info(f"WARNING: the LISTEN client received {received:,} notifications, expected {expected:,}")
@@ -132,6 +144,25 @@ def _sync_off(b, c, pids):
             info(f"{label:<20} c={clients:<3} {r['tps']:>10,.0f} tps, synchronous_commit = off"
                  + (f"  (delivered {r['catchup_s'] * 1000:.0f} ms after the run)" if "catchup_s" in r else ""))
     return out
+
+
+def _envelope(b, c, pids):
+    """publish without and with an envelope, an idempotency key or
+    expected_prev, interleaved, at cfg["envelope_clients"]."""
+    clients = b.cfg["envelope_clients"]
+    say(f"publish with an envelope, an idempotency key, expected_prev, {clients} clients")
+    out = dict(clients=clients, runs={m[0]: [] for m in ENVELOPE_METHODS})
+    for order in rotations(ENVELOPE_METHODS, b.cfg["reps"]):
+        for key, label, script in order:
+            c.execute("CHECKPOINT")
+            r = b.run_pgbench(script, clients, b.cfg["secs"], f"{key}-envelope-c{clients}", pids)
+            out["runs"][key].append(r)
+            info(f"{label:<34} c={clients:<3} {r['tps']:>10,.0f} tps")
+    return out
+
+
+def envelope_med(res, key):
+    return med([r["tps"] for r in res["throughput"]["envelope"]["runs"][key]])
 
 
 # --------------------------------------------------------------------------
@@ -207,6 +238,10 @@ def values(res):
                                 clients=res["config"]["batch_clients"]),
         "worker_us": dict(value=worker_us(res, top), top=top),
     }
+    env = res["throughput"].get("envelope")  # none in an older results.json
+    for key in ("envelope", "idempotent", "expected"):
+        out[f"{key}_vs_publish"] = dict(value=envelope_med(res, key) / envelope_med(res, "publish"),
+                                        clients=env["clients"]) if env else None
     pq = _pgq_clients(res)
     if pq:  # the lowest ratio: ahead at every client count
         out["publish_vs_pgq"] = dict(value=min(tps_med(res, "publish", n) / tps_med(res, "pgq", n) for n in pq),
@@ -263,6 +298,14 @@ def notes(res, short):
             f"**publish_batch vs a 100-row INSERT ({res['config']['batch_clients']} clients):** server CPU per event "
             f"{runs_server_us(batch['publish_batch'], BATCH_SIZE):.1f} µs against "
             f"{runs_server_us(batch['plain_batch'], BATCH_SIZE):.1f} µs.")
+    for key in ("envelope", "idempotent", "expected"):
+        if f"{key}_vs_publish" in short:
+            env = res["throughput"]["envelope"]
+            out.append(
+                f"**publish + {key} vs publish ({env['clients']} clients):** {envelope_med(res, key):,.0f} against "
+                f"{envelope_med(res, 'publish'):,.0f} tps; the server spent "
+                f"{runs_server_us(env['runs'][key]):.0f} µs of CPU per event against "
+                f"{runs_server_us(env['runs']['publish']):.0f} µs.")
     if "publish_vs_notify" in short:
         out.append(
             f"**publish vs INSERT + pg_notify ({top} clients):** INSERT + pg_notify ran at "
@@ -410,6 +453,22 @@ def section(res, w):
           "commits synchronously, which flushes the WAL up to the publishers' commits before it. The "
           "publishers do not wait for that flush, so these rates do not include it; what it adds to "
           "delivery latency is in section 2.")
+        w("")
+    env = tp.get("envelope")
+    if env:
+        w(f"**The envelope, idempotency keys, expected version** ({env['clients']} clients; "
+          "`bench/publish.sql`, `bench/publish_envelope.sql`, `bench/publish_idempotent.sql`, "
+          "`bench/publish_expected.sql`, "
+          + ("interleaved in rotating order" if cfg["reps"] > 1 else "one run each")
+          + ", each after a `CHECKPOINT`, in the same run as the tables above; a new idempotency key per "
+          "publish, and each expected_prev writer appends to a stream of its own after reading its newest position):")
+        w("")
+        w("| method | tps | runs | server CPU per event | vs publish |")
+        w("| --- | --- | --- | --- | --- |")
+        for key, label, _ in ENVELOPE_METHODS:
+            v = [r["tps"] for r in env["runs"][key]]
+            w(f"| {label} | {f0(med(v))} | {reps_str(v)} | {runs_server_us(env['runs'][key]):.0f} µs | "
+              f"{fx(envelope_med(res, key) / envelope_med(res, 'publish'))} |")
         w("")
 
 

@@ -1,0 +1,5 @@
+-- One event with an idempotency key, new each time (the cost of remembering
+-- it: a duplicate writes nothing and is cheaper).
+\set k random(1, 9000000000000000)
+SELECT streams.publish('payment.success', '{"order_id":"ord_123","amount":49.00}',
+                       idempotency_key => 'checkout-' || :k || '-' || :client_id);
