@@ -173,3 +173,27 @@ fn uncommitted_publishes_count_and_plain_publishers_never_wait() {
     assert_eq!(sqlstate(&err), "40001");
     assert_eq!(count_stored(&mut c), stored);
 }
+
+#[test]
+fn a_role_without_the_publish_privilege_cannot_take_or_wait_for_the_stream() {
+    let db = TestDb::new();
+    let mut owner = db.connect();
+    let first = append(&mut owner, "ledger", "{}", 0).unwrap();
+    let stranger = TestRole::new(&db, "stranger", "IN ROLE pg_write_all_data");
+    owner.batch_execute(&format!("SELECT streams.grant('publish', 'other', '{}')", stranger.name)).unwrap();
+    // The owner's appender holds the stream until it commits.
+    owner.batch_execute("BEGIN").unwrap();
+    append(&mut owner, "ledger", "{}", first).unwrap();
+    let mut s = db.connect_as(&stranger.name);
+    s.batch_execute("SET lock_timeout = '200ms'").unwrap();
+    let err = append(&mut s, "ledger", "{}", first).unwrap_err();
+    assert_eq!(sqlstate(&err), "42501", "refused before it could wait for (or take) the stream: {err}");
+    // Advisory locks of every key the SQL functions can name do not touch the stream's lock.
+    s.batch_execute("SELECT pg_advisory_lock(k) FROM generate_series(0, 100) k").unwrap();
+    owner.batch_execute("COMMIT").unwrap();
+    let mut other = db.connect();
+    other.batch_execute("SET lock_timeout = '2s'").unwrap();
+    let head: i64 =
+        other.query_one("SELECT max(position) FROM streams.event_log WHERE stream = 'ledger'", &[]).unwrap().get(0);
+    append(&mut other, "ledger", "{}", head).expect("the stranger's advisory locks hold nothing of ours");
+}
