@@ -109,6 +109,19 @@ TX="$(sql_value "SELECT tx FROM streams.events WHERE data->>'order_id' = 'ord_12
 sql "SELECT position, stream, time FROM streams.replay(since => '$SINCE');"
 sql "SELECT position, stream, tx FROM streams.replay(from_tx => '$TX');"
 
+step "The envelope, an idempotent retry, and an append that expects the stream's version"
+sql <<'SQL'
+SELECT streams.publish('account.7', '{"deposit":100}', type => 'deposit.made', key => 'acct_7',
+                       headers => '{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}');
+SELECT * FROM streams.publish_once('account.7', '{"deposit":25}', 'atm-tx-991');
+SELECT * FROM streams.publish_once('account.7', '{"deposit":25}', 'atm-tx-991');
+SELECT streams.wait(streams._newest_position());
+SELECT streams.stream_head('account.7') AS version \gset
+SELECT streams.publish('account.7', '{"withdrawal":50}', expected_prev => :version);
+SELECT position, type, key, data FROM streams.events WHERE stream = 'account.7';
+SQL
+note "The second publish_once was a duplicate (same position, nothing written); the append expected the stream's newest position and got it. Expecting an old one fails with 40001 and writes nothing."
+
 step "Join an event to the rows its transaction wrote (tx = xmin)"
 sql "SELECT o.id, o.amount, e.position, e.tx FROM orders o JOIN streams.events e ON o.xmin = e.tx::xid;"
 
