@@ -4,11 +4,12 @@
 //!
 //! Keys live in `streams.idempotency_keys`, one row per (stream, key) with
 //! the positions it published, written in the publishing transaction: a
-//! rollback forgets the key with the events. A second publish finds the row
-//! and returns its positions without writing; one that runs while the first
-//! is still open inserts into the same primary key and so waits for it, as a
-//! unique index makes any inserter wait: the first commits (the second then
-//! returns its positions) or rolls back (the second publishes). A row older
+//! rollback forgets the key with the events. A publish takes its positions,
+//! then inserts its key (one statement); a second publish conflicts with the
+//! row and returns its positions without writing an event; one that runs
+//! while the first is still open waits for it, as a unique index makes any
+//! inserter wait: the first commits (the second then returns its positions)
+//! or rolls back (the second publishes). A row older
 //! than the window counts as forgotten at once and is overwritten; the worker
 //! deletes such rows in its housekeeping (delivery/maintenance.rs), so the
 //! table holds about one window of keys.

@@ -252,11 +252,6 @@ impl Request {
             let asked = idempotency::Asked { data: data_array(), envelope: self.envelope.columns(), stream, key };
             Written { positions: idempotency::the_same(owner, positions, &asked), duplicate: true }
         };
-        if let Some(key) = self.idempotency_key {
-            if let Some(positions) = idempotency::remembered(owner, stream_datum, key) {
-                return duplicate(positions);
-            }
-        }
         if let Some(expected) = self.expected_prev {
             // A retry of the append that moved the stream (committed while
             // this one waited for the stream) is a duplicate, not a conflict.
@@ -265,15 +260,19 @@ impl Request {
                 return duplicate(positions);
             }
         }
+        if count == 0 {
+            return Written { positions: Vec::new(), duplicate: false }; // an empty batch: nothing to remember
+        }
+        // The positions first, then the key: a fresh publish (the common
+        // case) costs one statement; a repeat wastes the positions it took
+        // (gaps, as a rollback leaves).
         let positions: Vec<i64> = (0..count).map(|_| next_position(sequence)).collect();
         if let Some(key) = self.idempotency_key {
             if let Some(original) = idempotency::remember(owner, stream_datum, key, &positions) {
                 return duplicate(original);
             }
         }
-        if count > 0 {
-            append(&positions);
-        }
+        append(&positions);
         Written { positions, duplicate: false }
     }
 }
