@@ -1,7 +1,9 @@
 """3. Replay throughput over N events (1M): streams.replay(), the
 streams.events view and a raw ordered scan of a plain copy of the same rows,
-each timed server-side, as count(*) and as COPY to a client. Also measures
-the storage of that data set (section 4)."""
+each timed server-side, as count(*) and as COPY to a client; a filtered
+replay of one stream (types => ..., filter => ...: 10% of its events match)
+against the unfiltered one. Also measures the storage of that data set
+(section 4)."""
 
 import os
 import re
@@ -15,6 +17,9 @@ ORDER = 30
 OWN_DB = True
 FULL = dict(replay_events=1_000_000, replay_chunk=1000, replay_reps=3)
 QUICK = dict(replay_events=10_000, replay_chunk=1000, replay_reps=1)
+
+# The expected row count of a filtered query: counted from the log itself.
+FILTERED = object()
 
 # Streams of the replay data set (events rotate over them, one stream per chunk).
 REPLAY_STREAMS = [
@@ -38,8 +43,10 @@ i int;
 BEGIN
 FOR i IN 0..{N // chunk - 1} LOOP
     PERFORM count(*) FROM streams.publish_batch(s[1 + i % {len(REPLAY_STREAMS)}],
-        ARRAY(SELECT jsonb_build_object('order_id', 'ord_' || g, 'amount', (g % 10000) / 100.0)
-              FROM generate_series(i * {chunk} + 1, (i + 1) * {chunk}) g ORDER BY g));
+        ARRAY(SELECT jsonb_build_object('order_id', 'ord_' || g, 'amount', (g % 10000) / 100.0,
+                                        'region', 'r' || (g % 10))
+              FROM generate_series(i * {chunk} + 1, (i + 1) * {chunk}) g ORDER BY g),
+        type => 't' || ((i / {len(REPLAY_STREAMS)}) % 10));
     COMMIT;
 END LOOP;
 END $$"""
@@ -93,10 +100,25 @@ END $$"""
             ("replay_stream_prefix", "one stream, as a role granted its prefix only",
              f"SELECT * FROM streams.replay(stream => '{CHANNEL}', max_events => {N})", None,
              "bench_reader_prefix"),
+            # Filtered: 10% of the stream's events have the type, 10% the region.
+            ("replay_stream_types", "one stream, types => one of ten",
+             f"SELECT * FROM streams.replay(stream => '{CHANNEL}', types => ARRAY['t3'], max_events => {N})",
+             FILTERED),
+            ("replay_stream_filter", "one stream, filter => data @> {\"region\":\"r3\"}",
+             f"SELECT * FROM streams.replay(stream => '{CHANNEL}', filter => '{{\"region\":\"r3\"}}', "
+             f"max_events => {N})", FILTERED),
         ]
         queries = [q if len(q) == 5 else q + (None,) for q in queries]
         stream_n = c.execute("SELECT count(*) FROM bench_raw WHERE stream = %s",
                              (CHANNEL,)).fetchone()[0]
+        # What a filtered query must return, counted without the filters.
+        filtered_n = {
+            "replay_stream_types": c.execute("SELECT count(*) FROM streams.event_log WHERE stream = %s AND type = 't3'",
+                                             (CHANNEL,)).fetchone()[0],
+            "replay_stream_filter": c.execute(
+                "SELECT count(*) FROM streams.event_log WHERE stream = %s AND data->>'region' = 'r3'",
+                (CHANNEL,)).fetchone()[0],
+        }
         # Three ways to time each query:
         #   server: EXPLAIN (ANALYZE, TIMING OFF) of the SELECT *: every row is
         #           produced in full on the server and discarded there;
@@ -138,7 +160,7 @@ END $$"""
         plans, rep["plans"] = [], {}
         for key, label, sql, expect, role in queries:
             got = as_role(role, lambda: c.execute(count_sql(sql)).fetchone()[0])  # check the row count
-            want = expect if expect is not None else stream_n
+            want = filtered_n[key] if expect is FILTERED else expect if expect is not None else stream_n
             if got != want:
                 raise BenchError(f"{label}: counted {got} rows, expected {want}")
             for form in ("server", "count"):
@@ -154,7 +176,8 @@ END $$"""
             for key, label, sql, _, role in order:
                 for form, fn in forms.items():
                     times[form][key].append(fn(sql, role))
-    rep["rows"] = {q[0]: (q[3] if q[3] is not None else stream_n) for q in queries}
+    rep["rows"] = {q[0]: (filtered_n[q[0]] if q[3] is FILTERED else q[3] if q[3] is not None else stream_n)
+                   for q in queries}
     rep["labels"] = {q[0]: q[1] for q in queries}
     rep["sql"] = {q[0]: q[2] for q in queries}
     rep["times_s"] = times
@@ -257,6 +280,21 @@ def section(res, w):
           f"{f0(e['count'][key])} | {fx(e['count'][key] / e['count'][base])} | "
           f"{f0(e['copy'][key])} | {fx(e['copy'][key] / e['copy'][base])} |")
     w("")
+    filtered = [k for k in ("replay_stream_types", "replay_stream_filter") if k in rep["labels"]]
+    if filtered:
+        w("**Filtered replay of one stream** (every event of the data set has a `type`, `t0` to `t9` by "
+          "chunk, and a `region`, `r0` to `r9`, in its data; 10% of the stream's events match each filter). "
+          "The filtered replay scans the same (stream, position) range and tests each event, so its time "
+          "against the unfiltered replay is what the filter costs or saves; no GIN or expression index:")
+        w("")
+        w("| query | rows | server | vs unfiltered (time) | to client | vs unfiltered (time) |")
+        w("| --- | --- | --- | --- | --- | --- |")
+        base_s = {form: med(rep["times_s"][form]["replay_stream"]) for form in ("server", "copy")}
+        for key in ["replay_stream"] + filtered:
+            ts = {form: med(rep["times_s"][form][key]) for form in ("server", "copy")}
+            w(f"| {rep['labels'][key]}: `{rep['sql'][key]}` | {f0(rep['rows'][key])} | {ts['server'] * 1000:,.0f} ms | "
+              f"{fx(ts['server'] / base_s['server'])} | {ts['copy'] * 1000:,.0f} ms | {fx(ts['copy'] / base_s['copy'])} |")
+        w("")
     w("The rows \"as a role granted ...\" run the same query after `SET ROLE` to a role that is "
       "neither owner nor superuser: row-level security on the log applies the read grants "
       "(`'*'`: one boolean test per row; a prefix: a pattern match per row).")
