@@ -82,8 +82,7 @@ pub(super) fn forget_idempotency_keys() {
         }
         commit_without_waiting();
         let window = crate::gucs::idempotency_window_s() as f64;
-        Spi::run_with_args(FORGET, &[window.into(), FORGET_PER_INTERVAL.into()])
-            .context("forgetting idempotency keys");
+        Spi::run_with_args(FORGET, &[window.into(), FORGET_PER_INTERVAL.into()]).context("forgetting idempotency keys");
     });
     if let Err(failure) = result {
         warn_failed("forgetting idempotency keys", &failure, SUMMARY_INTERVAL);
