@@ -5,13 +5,63 @@
 
 use std::ffi::CStr;
 
-use litebase_streams_core::payload::MAX_DATA_TEXT_BYTES;
+use litebase_streams_core::payload::{MAX_DATA_TEXT_BYTES, MAX_PAYLOAD_BYTES};
 use pgrx::prelude::*;
+use pgrx::spi::{SpiResult, SpiTupleTable};
 
 /// Stored data larger than this (uncompressed jsonb bytes) is never read:
 /// its JSON text cannot fit a notification payload (jsonb's binary form is
 /// at most a few times larger than its text).
 const MAX_DATA_READ_BYTES: usize = 8 * MAX_DATA_TEXT_BYTES;
+
+/// An event's envelope as its payload carries it (see
+/// `litebase_streams_core::payload::Event`).
+#[derive(Default)]
+pub(super) struct Envelope {
+    pub(super) type_: Option<String>,
+    pub(super) key: Option<String>,
+    pub(super) headers: Option<String>,
+    /// A value too large to fit any payload was left unread (no publish
+    /// lets one through; a row written around it can hold one): the
+    /// payload goes without data, `"truncated": true`, so the listener
+    /// fetches the event.
+    pub(super) unread: bool,
+}
+
+/// The envelope of the current row of `rows`, columns `first` (type),
+/// `first + 1` (key) and `first + 2` (headers, jsonb); a private stream's
+/// key and headers are not read at all (its payload never carries them).
+pub(super) fn read_envelope(rows: &SpiTupleTable<'_>, first: usize, private: bool) -> SpiResult<Envelope> {
+    let mut envelope = Envelope::default();
+    let mut read = |ordinal: usize, as_text: fn(pg_sys::Datum) -> Option<String>| -> SpiResult<Option<String>> {
+        let Some(datum) = rows.get_datum_by_ordinal(ordinal)? else { return Ok(None) };
+        let text = as_text(datum);
+        envelope.unread |= text.is_none();
+        Ok(text)
+    };
+    let type_ = read(first, text_within_payload)?;
+    let (key, headers) =
+        if private { (None, None) } else { (read(first + 1, text_within_payload)?, read(first + 2, jsonb_text)?) };
+    Ok(Envelope { type_, key, headers, ..envelope })
+}
+
+/// The contents of a text datum, or `None` without reading it when it is
+/// longer than a payload.
+fn text_within_payload(datum: pg_sys::Datum) -> Option<String> {
+    // SAFETY: `datum` is a non-null text datum of the current row, valid for
+    // the round's transaction. The size comes from its header without
+    // detoasting; text_to_cstring's copy is palloc'd and freed here (an
+    // allocation failure is an ERROR).
+    unsafe {
+        if pg_sys::toast_raw_datum_size(datum) > MAX_PAYLOAD_BYTES + pg_sys::VARHDRSZ {
+            return None;
+        }
+        let text = pg_sys::text_to_cstring(datum.cast_mut_ptr());
+        let owned = CStr::from_ptr(text).to_str().ok().map(str::to_owned);
+        pg_sys::pfree(text.cast());
+        owned
+    }
+}
 
 /// The JSON text of a jsonb datum, or `None` without reading it when it is
 /// too large to fit a notification anyway.

@@ -19,9 +19,17 @@
 //!
 //! # Memory
 //!
-//! A round holds at most `batch_size` events, and reads an event's data only
-//! when it can fit a notification: the size comes from the stored datum's
-//! header (no detoasting), so a 200 MB event costs the worker nothing.
+//! A round holds at most `batch_size` events, and reads an event's data (and
+//! its envelope's values) only when it can fit a notification: the size
+//! comes from the stored datum's header (no detoasting), so a 200 MB event
+//! costs the worker nothing (see bounded.rs).
+//!
+//! # The envelope
+//!
+//! Payloads carry an event's `type`, `key` and `headers` when it has them
+//! (a private stream's only its `type`). The library also serves logs from
+//! before the 0.3.0 update, which have no such columns: the round's
+//! statements read them only when the log has them (checked each round).
 //!
 //! # Commit times are exact or marked
 //!
@@ -57,11 +65,11 @@ use std::ffi::CString;
 use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiResult};
 
-use super::bounded::jsonb_text;
+use super::bounded::{jsonb_text, read_envelope};
 use super::plans::{plans, Plans};
 use crate::error::{SpiContext, StreamsError};
 use crate::ffi;
-use crate::log::catalog::{database_is_template, installed_schema, Schema};
+use crate::log::catalog::{database_is_template, installed_schema, log_has_envelope, Schema};
 use crate::log::commit_times::Recorder;
 use crate::shmem;
 use litebase_streams_core::horizon;
@@ -155,7 +163,7 @@ fn deliver(
     schema: Schema,
     log: pg_sys::Oid,
 ) -> SpiResult<Round> {
-    let plans = plans(client, schema)?;
+    let plans = plans(client, schema, log_has_envelope(log))?;
     let phase = if schema == Schema::V0_1 { Phase::Combined } else { phase };
     // Order matters (see litebase_streams_core::horizon): the newest allocated position first,
     // then the publishers' slots, then a fresh snapshot for the events.
@@ -347,7 +355,11 @@ fn read_events(
         let stream = row.get::<&str>(2)?.unwrap_or_default();
         let tx = row.get::<i64>(3)?.unwrap_or_default();
         let is_private = notify.private.iter().any(|p| pattern_matches(p, stream));
-        let data = if is_private { None } else { rows.get_datum_by_ordinal(5)?.and_then(jsonb_text) };
+        let envelope = read_envelope(&rows, 6, is_private)?;
+        let data = match is_private || envelope.unread {
+            true => None,
+            false => rows.get_datum_by_ordinal(5)?.and_then(jsonb_text),
+        };
         let prev = LAST_NOTIFIED.with(|l| l.borrow_mut().previous(client, plans, stream, position))?;
         LAST_NOTIFIED.with(|l| l.borrow_mut().record(stream, position));
         let event = Event {
@@ -356,6 +368,9 @@ fn read_events(
             time_us: unix_micros(time),
             tx,
             prev,
+            type_: envelope.type_.as_deref(),
+            key: envelope.key.as_deref(),
+            headers: envelope.headers.as_deref(),
             data: data.as_deref(),
             private: is_private,
         };
