@@ -2,8 +2,10 @@
 //! that receives it (an `Arc<Event>` in each client's queue).
 //!
 //! The JSON is the notification payload's shape without its delivery fields
-//! (`prev`, `truncated`, `private`): `{"position":…,"stream":…,"time":…,"tx":…,"data":…}`,
-//! compact, `data` always present and byte-for-byte what the payload would
+//! (`prev`, `truncated`, `private`):
+//! `{"position":…,"stream":…,"time":…,"tx":…,"type":…,"key":…,"headers":{…},"data":…}`,
+//! compact, the envelope's `type`, `key` and `headers` only when the event
+//! has them, `data` always present and byte-for-byte what the payload would
 //! carry (numbers as stored: 49.00 stays 49.00), whether the event came from a
 //! replay page or from a notification.
 
@@ -20,15 +22,31 @@ pub struct Event {
     pub sse: Bytes,
 }
 
+/// An event's envelope: each value when it has one; `headers` as JSON text
+/// (compacted when the event is encoded).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Envelope<'a> {
+    pub type_: Option<&'a str>,
+    pub key: Option<&'a str>,
+    pub headers: Option<&'a str>,
+}
+
 impl Event {
-    /// From its parts; `data` is JSON text (compacted here).
-    pub fn new(position: i64, stream: String, time: &str, tx: i64, data: &str) -> Event {
-        let json = format!(
-            r#"{{"position":{position},"stream":{},"time":{},"tx":{tx},"data":{}}}"#,
-            serde_json::to_string(&stream).expect("a string serialises"),
-            serde_json::to_string(time).expect("a string serialises"),
-            compact_json(data)
-        );
+    /// From its parts; `data` and `envelope.headers` are JSON text (compacted here).
+    pub fn new(position: i64, stream: String, time: &str, tx: i64, envelope: Envelope<'_>, data: &str) -> Event {
+        let quoted = |text: &str| serde_json::to_string(text).expect("a string serialises");
+        let mut json =
+            format!(r#"{{"position":{position},"stream":{},"time":{},"tx":{tx}"#, quoted(&stream), quoted(time));
+        if let Some(type_) = envelope.type_ {
+            json.push_str(&format!(r#","type":{}"#, quoted(type_)));
+        }
+        if let Some(key) = envelope.key {
+            json.push_str(&format!(r#","key":{}"#, quoted(key)));
+        }
+        if let Some(headers) = envelope.headers {
+            json.push_str(&format!(r#","headers":{}"#, compact_json(headers)));
+        }
+        json.push_str(&format!(r#","data":{}}}"#, compact_json(data)));
         let sse = Bytes::from(format!("id: {position}\nevent: {stream}\ndata: {json}\n\n"));
         Event { position, stream, json, sse }
     }
@@ -47,7 +65,12 @@ pub fn event_of(payload: &Decoded<'_>) -> Option<Event> {
         return None;
     }
     let data = payload.data?;
-    Some(Event::new(payload.position, payload.stream.to_owned(), payload.time, payload.tx, data.get()))
+    let envelope = Envelope {
+        type_: payload.type_.as_deref(),
+        key: payload.key.as_deref(),
+        headers: payload.headers.map(|raw| raw.get()),
+    };
+    Some(Event::new(payload.position, payload.stream.to_owned(), payload.time, payload.tx, envelope, data.get()))
 }
 
 /// Drop insignificant whitespace (jsonb's output puts a space after `:` and
@@ -66,8 +89,14 @@ mod tests {
 
     #[test]
     fn replayed_and_notified_events_encode_alike() {
-        let replayed =
-            Event::new(7, "p.s".into(), "2026-11-30T00:00:00.000001Z", 812, r#"{"amount": 49.00, "s": "a, b"}"#);
+        let replayed = Event::new(
+            7,
+            "p.s".into(),
+            "2026-11-30T00:00:00.000001Z",
+            812,
+            Envelope::default(),
+            r#"{"amount": 49.00, "s": "a, b"}"#,
+        );
         let payload = r#"{"position":7,"stream":"p.s","time":"2026-11-30T00:00:00.000001Z","tx":812,"prev":3,"data":{"amount":49.00,"s":"a, b"}}"#;
         let notified = event_of(&decode_payload(payload).unwrap()).unwrap();
         assert_eq!(replayed.json, notified.json);
@@ -83,10 +112,42 @@ mod tests {
     }
 
     #[test]
+    fn the_envelope_is_carried_alike_from_replays_and_notifications() {
+        let envelope = Envelope {
+            type_: Some("order.created"),
+            key: Some("ord \"1\""),
+            headers: Some(r#"{"trace": "a, b", "traceparent": "00-1"}"#),
+        };
+        let replayed = Event::new(9, "p.s".into(), "2026-11-30T00:00:00.000001Z", 5, envelope, r#"{"n": 1}"#);
+        assert_eq!(
+            replayed.json,
+            r#"{"position":9,"stream":"p.s","time":"2026-11-30T00:00:00.000001Z","tx":5,"type":"order.created","key":"ord \"1\"","headers":{"trace":"a, b","traceparent":"00-1"},"data":{"n":1}}"#
+        );
+        let payload = litebase_streams_core::payload::encode_payload(&litebase_streams_core::payload::Event {
+            position: 9,
+            stream: "p.s",
+            time_us: 1_795_996_800_000_001,
+            tx: 5,
+            prev: 0,
+            type_: envelope.type_,
+            key: envelope.key,
+            headers: envelope.headers,
+            data: Some(r#"{"n": 1}"#),
+            private: false,
+        });
+        let notified = event_of(&decode_payload(&payload).unwrap()).unwrap();
+        assert_eq!(notified.json, replayed.json);
+        assert!(std::str::from_utf8(&notified.sse).unwrap().contains(r#""type":"order.created","key":"#));
+        assert!(notified.ws_message("\"p.s\"").contains(r#""headers":{"trace":"a, b","traceparent":"00-1"},"data""#));
+    }
+
+    #[test]
     fn private_and_truncated_payloads_carry_no_event() {
         for p in [
             r#"{"position":1,"stream":"s","time":"t","tx":1,"prev":0,"private":true}"#,
             r#"{"position":1,"stream":"s","time":"t","tx":1,"prev":0,"truncated":true}"#,
+            r#"{"position":1,"stream":"s","time":"t","tx":1,"prev":0,"type":"t","private":true}"#,
+            r#"{"position":1,"stream":"s","time":"t","tx":1,"prev":0,"type":"t","key":"k","truncated":true}"#,
         ] {
             assert!(event_of(&decode_payload(p).unwrap()).is_none());
         }
