@@ -20,7 +20,14 @@ pub struct Event {
     pub json: String,
     /// Its Server-Sent Events frame: `id:`, `event:`, `data:`.
     pub sse: Bytes,
+    /// Where in `json` the envelope's `,"type":` starts, when it has one
+    /// (a WebSocket message names it `event_type`: its own `type` is the
+    /// message's kind).
+    type_at: Option<usize>,
 }
+
+/// The envelope's type as `json` writes it.
+const TYPE_FIELD: &str = r#","type":"#;
 
 /// An event's envelope: each value when it has one; `headers` as JSON text
 /// (compacted when the event is encoded).
@@ -37,9 +44,12 @@ impl Event {
         let quoted = |text: &str| serde_json::to_string(text).expect("a string serialises");
         let mut json =
             format!(r#"{{"position":{position},"stream":{},"time":{},"tx":{tx}"#, quoted(&stream), quoted(time));
-        if let Some(type_) = envelope.type_ {
-            json.push_str(&format!(r#","type":{}"#, quoted(type_)));
-        }
+        let type_at = envelope.type_.map(|type_| {
+            let at = json.len();
+            json.push_str(TYPE_FIELD);
+            json.push_str(&quoted(type_));
+            at
+        });
         if let Some(key) = envelope.key {
             json.push_str(&format!(r#","key":{}"#, quoted(key)));
         }
@@ -48,13 +58,22 @@ impl Event {
         }
         json.push_str(&format!(r#","data":{}}}"#, compact_json(data)));
         let sse = Bytes::from(format!("id: {position}\nevent: {stream}\ndata: {json}\n\n"));
-        Event { position, stream, json, sse }
+        Event { position, stream, json, sse, type_at }
     }
 
     /// The WebSocket message for a subscription to `pattern_json` (the
-    /// pattern as a JSON string): the event's fields after `type` and `subscription`.
+    /// pattern as a JSON string): the event's fields after `type` and
+    /// `subscription`, the envelope's type as `event_type` (`type` is the
+    /// message's own: `"event"`).
     pub fn ws_message(&self, pattern_json: &str) -> String {
-        format!(r#"{{"type":"event","subscription":{pattern_json},{}"#, &self.json[1..])
+        match self.type_at {
+            None => format!(r#"{{"type":"event","subscription":{pattern_json},{}"#, &self.json[1..]),
+            Some(at) => format!(
+                r#"{{"type":"event","subscription":{pattern_json},{},"event_type":{}"#,
+                &self.json[1..at],
+                &self.json[at + TYPE_FIELD.len()..]
+            ),
+        }
     }
 }
 
@@ -138,7 +157,10 @@ mod tests {
         let notified = event_of(&decode_payload(&payload).unwrap()).unwrap();
         assert_eq!(notified.json, replayed.json);
         assert!(std::str::from_utf8(&notified.sse).unwrap().contains(r#""type":"order.created","key":"#));
-        assert!(notified.ws_message("\"p.s\"").contains(r#""headers":{"trace":"a, b","traceparent":"00-1"},"data""#));
+        assert_eq!(
+            notified.ws_message("\"p.s\""),
+            r#"{"type":"event","subscription":"p.s","position":9,"stream":"p.s","time":"2026-11-30T00:00:00.000001Z","tx":5,"event_type":"order.created","key":"ord \"1\"","headers":{"trace":"a, b","traceparent":"00-1"},"data":{"n":1}}"#
+        );
     }
 
     #[test]
