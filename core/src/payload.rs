@@ -135,7 +135,8 @@ pub fn encode_payload(event: &Event<'_>) -> String {
     if let Some(text) = data {
         out.extend_from_slice(b",\"data\":");
         write_compact_json(&mut out, text).expect("writing into a Vec cannot fail");
-        if out.len() < MAX_PAYLOAD_BYTES { // with its closing brace, at most the limit
+        // With its closing brace, at most the limit.
+        if out.len() < MAX_PAYLOAD_BYTES {
             out.push(b'}');
             return String::from_utf8(out).expect("UTF-8 text and ASCII only");
         }
