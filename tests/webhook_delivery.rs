@@ -85,6 +85,48 @@ fn every_event_reaches_its_endpoint_once_in_order_and_signed() {
 /// Five 500s, then 200: the same event (the same webhook-id) is retried
 /// until it is delivered, the view shows the attempts meanwhile, and the
 /// events after it follow in order.
+/// A webhook body carries the event's envelope the way a full payload
+/// does: `type`, `key` and `headers` after `prev` and before `data`, only
+/// when set, also for a private stream (the webhook's owner reads it); an
+/// event without an envelope arrives without those fields.
+#[test]
+fn a_webhook_body_carries_the_envelope_when_set() {
+    let (receiver, db) = local_receiver_and_db(&[("/env", Behaviour::signed(SECRET))]);
+    let mut c = db.connect();
+    c.batch_execute("SELECT streams.set_private('orders.secret')").unwrap();
+    create_webhook(&mut c, "env", "orders.*", &receiver.url("/env"));
+    let publish_with = |c: &mut postgres::Client, stream: &str, envelope: [Option<&str>; 3]| -> i64 {
+        let [type_, key, headers] = envelope;
+        c.query_one(
+            "SELECT streams.publish($1, '{\"n\": 1}', type => $2, key => $3, headers => $4::text::jsonb)",
+            &[&stream, &type_, &key, &headers],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let headers = r#"{"traceparent": "00-4bf9-01", "source": "a, b"}"#;
+    let full = publish_with(&mut c, "orders.paid", [Some("order.paid"), Some("ord_1"), Some(headers)]);
+    let private = publish_with(&mut c, "orders.secret", [Some("order.secret"), Some("ord_2"), Some(headers)]);
+    let plain = publish_with(&mut c, "orders.paid", [None, None, None]);
+    wait_for_horizon(&mut c, plain);
+    assert_eq!(receiver.wait_for_delivered("/env", 3, Duration::from_secs(30)), [full, private, plain]);
+    let bodies: Vec<String> = receiver.requests("/env").iter().map(|r| r.raw_body.clone().expect("a body")).collect();
+    for (body, position, stream, type_, key) in [
+        (&bodies[0], full, "orders.paid", "order.paid", "ord_1"),
+        (&bodies[1], private, "orders.secret", "order.secret", "ord_2"),
+    ] {
+        let envelope = format!(
+            r#""type":"{type_}","key":"{key}","headers":{{"source":"a, b","traceparent":"00-4bf9-01"}},"data":{{"n":1}}}}"#
+        );
+        assert!(body.ends_with(&envelope), "{position}: the envelope after prev, before data: {body}");
+        assert!(body.starts_with(&format!(r#"{{"position":{position},"stream":"{stream}","time":"#)), "{body}");
+    }
+    assert!(bodies[2].contains(r#","prev":"#) && bodies[2].ends_with(r#","data":{"n":1}}"#), "{}", bodies[2]);
+    for absent in ["\"type\"", "\"key\"", "\"headers\""] {
+        assert!(!bodies[2].contains(absent), "no {absent} without an envelope: {}", bodies[2]);
+    }
+}
+
 #[test]
 fn a_failing_endpoint_gets_the_same_event_until_it_succeeds() {
     let (receiver, db) = local_receiver_and_db(&[(

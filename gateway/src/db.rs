@@ -7,6 +7,7 @@
 //! writing. Statements are parameterized and prepared once per connection.
 
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,7 +16,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{IsolationLevel, NoTls};
 
 use crate::error::{ApiError, INSUFFICIENT_PRIVILEGE, INVALID_PARAMETER};
-use crate::event::Event;
+use crate::event::{Envelope, Event};
 use crate::metrics;
 use crate::pattern::Selector;
 
@@ -53,13 +54,53 @@ pub struct Db {
     primary: Pool,
     replica: Option<Pool>,
     pub listen_config: tokio_postgres::Config,
+    /// When (Unix seconds) a replay last found the database without the
+    /// envelope's columns (before 0.3.0); 0: not since the last success.
+    old_schema_at: Arc<AtomicU64>,
+}
+
+/// What a publish asks beside its data: the envelope's `type` and `key`,
+/// and an idempotency key (see [`Db::publish`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Publish<'a> {
+    pub type_: Option<&'a str>,
+    pub key: Option<&'a str>,
+    pub idempotency_key: Option<&'a str>,
+}
+
+/// What a replay page asks for (see [`Db::replay_page_bytes`]).
+struct PageAsk<'a> {
+    pattern: &'a str,
+    start: &'a Start,
+    limit: i32,
+    max_bytes: usize,
+}
+
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 const REPLAY: &str = r#"SELECT e.position, e.stream,
        coalesce(pg_catalog.to_char(e."time" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), ''),
-       e.tx::text::bigint, e.data::text
+       e.tx::text::bigint, e.data::text, e.type, e.key, e.headers::text
 FROM streams.replay(stream => $1, after => $2, since => $3::text::timestamptz,
                     from_tx => $4::text::xid8, max_events => $5) e"#;
+
+/// [`REPLAY`] for a database not yet updated to 0.3.0, whose events have
+/// no envelope.
+const REPLAY_V0_2: &str = r#"SELECT e.position, e.stream,
+       coalesce(pg_catalog.to_char(e."time" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), ''),
+       e.tx::text::bigint, e.data::text, NULL::text, NULL::text, NULL::text
+FROM streams.replay(stream => $1, after => $2, since => $3::text::timestamptz,
+                    from_tx => $4::text::xid8, max_events => $5) e"#;
+
+/// SQLSTATE undefined_column: [`REPLAY`] on a database before 0.3.0.
+const UNDEFINED_COLUMN: &str = "42703";
+
+/// How long the gateway keeps using [`REPLAY_V0_2`] after a database
+/// without the envelope's columns refused [`REPLAY`], before it tries
+/// again (the database may have been updated since).
+const OLD_SCHEMA_RECHECK_SECS: u64 = 10;
 
 const HORIZON: &str = "SELECT streams.horizon(), streams.worker_pid()";
 
@@ -101,7 +142,12 @@ impl Db {
             Some(url) => Some(pool(config(url, cfg.query_timeout_secs)?, cfg.pool_size)?),
             None => None,
         };
-        Ok(Db { primary: pool(primary.clone(), cfg.pool_size)?, replica, listen_config: primary })
+        Ok(Db {
+            primary: pool(primary.clone(), cfg.pool_size)?,
+            replica,
+            listen_config: primary,
+            old_schema_at: Arc::default(),
+        })
     }
 
     fn pool(&self, server: Server) -> &Pool {
@@ -122,6 +168,10 @@ impl Db {
     /// alone. The rows come through a portal in small chunks sized by the
     /// bytes still allowed, so no more than a chunk's rows are held beyond the
     /// page itself.
+    ///
+    /// A database not yet updated to 0.3.0 refuses the envelope's columns:
+    /// its pages are read without them, and the envelope asked for again
+    /// [`OLD_SCHEMA_RECHECK_SECS`] later.
     pub async fn replay_page_bytes(
         &self,
         server: Server,
@@ -132,19 +182,49 @@ impl Db {
         max_bytes: usize,
     ) -> Result<Page, ApiError> {
         let timer = Instant::now();
+        let ask = PageAsk { pattern, start, limit, max_bytes };
+        let now = unix_secs();
+        let old_schema_at = self.old_schema_at.load(Ordering::Relaxed);
+        let statement = match old_schema_at != 0 && now < old_schema_at + OLD_SCHEMA_RECHECK_SECS {
+            true => REPLAY_V0_2,
+            false => REPLAY,
+        };
+        let page = match self.read_page(server, role, statement, &ask).await {
+            Err(e) if statement == REPLAY && e.sqlstate() == Some(UNDEFINED_COLUMN) => {
+                self.old_schema_at.store(now.max(1), Ordering::Relaxed);
+                self.read_page(server, role, REPLAY_V0_2, &ask).await
+            }
+            Ok(page) if statement == REPLAY && old_schema_at != 0 => {
+                self.old_schema_at.store(0, Ordering::Relaxed);
+                Ok(page)
+            }
+            page => page,
+        }?;
+        metrics::query_seconds("replay", timer);
+        Ok(page)
+    }
+
+    /// One page through `statement` ([`REPLAY`] or [`REPLAY_V0_2`]).
+    async fn read_page(
+        &self,
+        server: Server,
+        role: &str,
+        statement: &str,
+        ask: &PageAsk<'_>,
+    ) -> Result<Page, ApiError> {
         let mut client = self.pool(server).get().await?;
         let tx = begin(&mut client, role, true).await?;
         let horizon_stmt = tx.prepare_cached(HORIZON).await?;
         let row = tx.query_one(&horizon_stmt, &[]).await?;
         let (horizon, worker_pid): (i64, Option<i32>) = (row.get(0), row.get(1));
-        let (after, since, from_tx) = match start {
+        let (after, since, from_tx) = match ask.start {
             Start::After(p) => (Some(*p), None, None),
             Start::Since(t) => (None, Some(t.as_str()), None),
             Start::FromTx(x) => (None, None, Some(x.as_str())),
         };
-        let stmt = tx.prepare_cached(REPLAY).await?;
-        let portal = tx.bind(&stmt, &[&pattern, &after, &since, &from_tx, &limit]).await?;
-        let limit = limit.max(0) as usize;
+        let stmt = tx.prepare_cached(statement).await?;
+        let portal = tx.bind(&stmt, &[&ask.pattern, &after, &since, &from_tx, &ask.limit]).await?;
+        let (limit, max_bytes) = (ask.limit.max(0) as usize, ask.max_bytes);
         let mut events: Vec<Arc<Event>> = Vec::new();
         let mut bytes = 0usize;
         let mut done = false;
@@ -156,7 +236,8 @@ impl Db {
             let rows = tx.query_portal(&portal, chunk as i32).await?;
             done = rows.len() < chunk;
             for r in &rows {
-                let event = Event::new(r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
+                let envelope = Envelope { type_: r.get(5), key: r.get(6), headers: r.get(7) };
+                let event = Event::new(r.get(0), r.get(1), r.get(2), r.get(3), envelope, r.get(4));
                 bytes += event.sse.len();
                 events.push(Arc::new(event));
             }
@@ -164,7 +245,6 @@ impl Db {
         let more = !done;
         // The portal ends with the transaction.
         tx.commit().await?;
-        metrics::query_seconds("replay", timer);
         Ok(Page { events, horizon, worker_pid, more })
     }
 
@@ -205,16 +285,50 @@ impl Db {
         Ok((names, horizon))
     }
 
-    /// Publish `data` (JSON text) to `stream` as `role`; its position.
-    pub async fn publish(&self, role: &str, stream: &str, data: &str) -> Result<i64, ApiError> {
+    /// Publish `data` (JSON text) to `stream` as `role`, with the envelope's
+    /// `type` and `key` when given, and at most once per `idempotency_key`
+    /// (`streams.publish_once`); its position, and whether the key was
+    /// remembered (a repeat: nothing written, the original position). The
+    /// same key with other data or envelope is refused with SQLSTATE 23505
+    /// ([`ApiError::Unprocessable`]).
+    pub async fn publish(
+        &self,
+        role: &str,
+        stream: &str,
+        data: &str,
+        ask: &Publish<'_>,
+    ) -> Result<(i64, bool), ApiError> {
         let timer = Instant::now();
         let mut client = self.primary.get().await?;
         let tx = begin(&mut client, role, false).await?;
-        let stmt = tx.prepare_cached("SELECT streams.publish($1, $2::text::jsonb)").await?;
-        let position: i64 = tx.query_one(&stmt, &[&stream, &data]).await?.get(0);
+        let published = match ask {
+            // The two-argument form also serves databases before 0.3.0.
+            Publish { type_: None, key: None, idempotency_key: None } => {
+                let stmt = tx.prepare_cached("SELECT streams.publish($1, $2::text::jsonb)").await?;
+                tx.query_one(&stmt, &[&stream, &data]).await.map(|row| (row.get(0), false))
+            }
+            Publish { idempotency_key: None, type_, key } => {
+                let stmt = tx.prepare_cached("SELECT streams.publish($1, $2::text::jsonb, $3, $4)").await?;
+                tx.query_one(&stmt, &[&stream, &data, type_, key]).await.map(|row| (row.get(0), false))
+            }
+            Publish { idempotency_key: Some(idempotency_key), type_, key } => {
+                let stmt = tx
+                    .prepare_cached(
+                        "SELECT p.position, p.duplicate FROM streams.publish_once($1, $2::text::jsonb, $3, $4, $5) p",
+                    )
+                    .await?;
+                let args: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+                    [&stream, &data, idempotency_key, type_, key];
+                tx.query_one(&stmt, &args).await.map(|row| (row.get(0), row.get(1)))
+            }
+        };
+        let published = published.map_err(|e| match e.code() {
+            Some(code) if *code == SqlState::UNIQUE_VIOLATION => ApiError::unprocessable(&e),
+            _ => ApiError::from_db(&e),
+        })?;
         tx.commit().await?;
         metrics::query_seconds("publish", timer);
-        Ok(position)
+        Ok(published)
     }
 
     /// Whether the database answers, and the worker's pid as `role` sees it

@@ -35,6 +35,9 @@ pub enum ApiError {
     BodyTimeout,
     /// 413: a request body over --max-body-bytes (`limit`).
     TooLarge { limit: usize },
+    /// 422: well-formed, but refused as it stands: an idempotency key that
+    /// published other data (SQLSTATE 23505).
+    Unprocessable { message: String, sqlstate: Option<String> },
     /// 503: the database (or a limit of the gateway) says come back later.
     Unavailable { message: String, sqlstate: Option<String> },
     /// 500: any other refusal of the database.
@@ -63,6 +66,15 @@ impl ApiError {
         ApiError::Unavailable { message: message.into(), sqlstate: None }
     }
 
+    /// 422 for a database refusal that is the request's, not the server's
+    /// (the caller decides which: the same SQLSTATE elsewhere is a 500).
+    pub fn unprocessable(e: &tokio_postgres::Error) -> ApiError {
+        match ApiError::from_db(e) {
+            ApiError::Internal { message, sqlstate } => ApiError::Unprocessable { message, sqlstate },
+            other => other,
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
@@ -72,6 +84,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -82,6 +95,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest { message, sqlstate }
             | ApiError::Unavailable { message, sqlstate }
+            | ApiError::Unprocessable { message, sqlstate }
             | ApiError::Internal { message, sqlstate } => (message.into(), sqlstate.as_deref()),
             ApiError::Unauthorized(message) => (message.into(), None),
             ApiError::UnknownRole => ("the token's role does not exist".into(), Some(INVALID_PARAMETER)),
@@ -234,6 +248,8 @@ mod tests {
             (413, s("the body is larger than 10 bytes (--max-body-bytes)"), None)
         );
         assert_eq!(variant(ApiError::unavailable("later")), (503, s("later"), None));
+        let unprocessable = ApiError::Unprocessable { message: s("taken"), sqlstate: Some(s("23505")) };
+        assert_eq!(variant(unprocessable), (422, s("taken"), Some(s("23505"))));
         let internal = ApiError::Internal { message: s("oops"), sqlstate: Some(s("XX000")) };
         assert_eq!(variant(internal), (500, s("oops"), Some(s("XX000"))));
     }

@@ -17,7 +17,7 @@ use axum::{Json, Router};
 
 use crate::app::{query, start_of, App, ConnGuard, ConnKill, EventsQuery};
 use crate::auth::Auth;
-use crate::db::{Server, Start};
+use crate::db::{Publish, Server, Start};
 use crate::error::ApiError;
 use crate::hub::Hub;
 use crate::subscription::{check_read, End, Subscription};
@@ -201,6 +201,15 @@ async fn page(
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
+/// `POST /v1/streams/{stream}/events`: the body is the event's data (JSON);
+/// the optional request headers `Event-Type` and `Event-Key` give its type
+/// and key, and `Idempotency-Key` publishes it at most once per key
+/// (`streams.publish_once`). 201 `{"position": p}` when it was published;
+/// with an idempotency key, 200 `{"position": p, "duplicate": true}` for a
+/// repeat with the same body and envelope (the original position, nothing
+/// written), 422 (SQLSTATE 23505) for the same key with another. A value
+/// the database refuses (empty, too long, control characters: 22023) is a
+/// 400.
 async fn publish(
     State(app): State<Arc<App>>,
     Path(stream): Path<String>,
@@ -218,8 +227,32 @@ async fn publish(
         let message = format!("the body is not JSON: {e}");
         return Err(ApiError::BadRequest { message, sqlstate: Some("22P02".into()) });
     }
-    let position = app.hub.db.publish(&role, &stream, text).await?;
-    Ok((StatusCode::CREATED, Json(serde_json::json!({ "position": position }))))
+    let ask = Publish {
+        type_: text_header(&headers, "event-type")?,
+        key: text_header(&headers, "event-key")?,
+        idempotency_key: text_header(&headers, "idempotency-key")?,
+    };
+    let (position, duplicate) = app.hub.db.publish(&role, &stream, text, &ask).await?;
+    Ok(match (ask.idempotency_key, duplicate) {
+        (None, _) => (StatusCode::CREATED, Json(serde_json::json!({ "position": position }))),
+        (Some(_), false) => {
+            (StatusCode::CREATED, Json(serde_json::json!({ "position": position, "duplicate": false })))
+        }
+        (Some(_), true) => (StatusCode::OK, Json(serde_json::json!({ "position": position, "duplicate": true }))),
+    })
+}
+
+/// The value of request header `name` as UTF-8 text, if sent (once: a
+/// header sent twice is refused rather than one of them picked).
+fn text_header<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, ApiError> {
+    let mut values = headers.get_all(name).iter();
+    let Some(value) = values.next() else { return Ok(None) };
+    if values.next().is_some() {
+        return Err(ApiError::invalid_parameter(format!("the {name} header is sent more than once")));
+    }
+    std::str::from_utf8(value.as_bytes())
+        .map(Some)
+        .map_err(|_| ApiError::invalid_parameter(format!("the {name} header is not UTF-8")))
 }
 
 /// A request body of at most --max-body-bytes (413) that must arrive

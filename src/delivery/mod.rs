@@ -6,12 +6,14 @@
 //!
 //! * `launcher`: starts a worker for every database that needs one;
 //! * `worker`: the worker's loop (when to run a round, backoff);
-//! * `round`: one round, and `plans`: its statements;
+//! * `round`: one round, `plans`: its statements, and `bounded`: reading an
+//!   event's values for a payload within its limit;
 //! * `runtime`: transactions, failures and the pinned session settings, also
 //!   for the webhook worker;
 //! * `maintenance`: BRIN summarising and merging commit times;
 //! * `status`: the shared-memory half of `streams.status`.
 
+mod bounded;
 pub mod launcher;
 pub mod maintenance;
 mod plans;

@@ -1,7 +1,11 @@
 //! The round's statements, planned once per worker and kept: reading the
 //! state (the horizon's row, by the ctid this worker wrote last), the
 //! events becoming final with their commit times, the private streams, and
-//! saving the state; each in the current schema's form and in 0.1.0's.
+//! saving the state; each in the current schema's form and in 0.1.0's,
+//! and the events with their envelope (`type`, `key`, `headers`) only when
+//! the log has those columns (0.3.0 on: see [`log_has_envelope`]).
+//!
+//! [`log_has_envelope`]: crate::log::catalog::log_has_envelope
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -28,7 +32,7 @@ SELECT e.position, e.stream::text, e.tx::text::bigint,
               OR pg_catalog.pg_xact_commit_timestamp(e.xmin) IS NULL
               OR pg_catalog.pg_xact_commit_timestamp(e.xmin) = pg_catalog.pg_xact_commit_timestamp(e.tx::xid)
             THEN pg_catalog.pg_xact_commit_timestamp(e.tx::xid) END,
-       e.data
+       e.data, /*envelope*/
 FROM streams.event_log e
 WHERE e.position > $1 AND e.position <= $2
 ORDER BY e.position LIMIT $3";
@@ -36,12 +40,19 @@ ORDER BY e.position LIMIT $3";
 /// Final events whose commit times an earlier round recorded (notification
 /// rounds after a split), the same columns.
 const FETCH_RECORDED: &str = "
-SELECT e.position, e.stream::text, e.tx::text::bigint, streams._commit_time(e.position), e.data
+SELECT e.position, e.stream::text, e.tx::text::bigint, streams._commit_time(e.position), e.data, /*envelope*/
 FROM streams.event_log e
 WHERE e.position > $1 AND e.position <= $2
 ORDER BY e.position LIMIT $3";
 
-/// 0.1.0 has one era and nowhere to say that a commit time was lost.
+/// The columns `/*envelope*/` stands for in [`FETCH_NEW`] and
+/// [`FETCH_RECORDED`]: the envelope, or nulls of its types for a log
+/// without it (before the 0.3.0 update).
+const ENVELOPE: &str = "e.type, e.key, e.headers";
+const NO_ENVELOPE: &str = "NULL::text, NULL::text, NULL::jsonb";
+
+/// 0.1.0 has one era and nowhere to say that a commit time was lost (nor
+/// an envelope).
 const FETCH_V0_1: &str = "
 WITH ev AS (
     SELECT position, stream, tx, data FROM streams.event_log
@@ -57,7 +68,7 @@ WITH ev AS (
     RETURNING tx, committed_at
 )
 SELECT ev.position, ev.stream::text, ev.tx::text::bigint,
-       coalesce(f.committed_at, t.committed_at), ev.data
+       coalesce(f.committed_at, t.committed_at), ev.data, NULL::text, NULL::text, NULL::jsonb
 FROM ev
 LEFT JOIN fresh f ON f.tx = ev.tx
 LEFT JOIN streams.transactions t ON t.tx = ev.tx
@@ -132,15 +143,18 @@ SELECT NULL::text FROM (SELECT 1 FROM updated UNION ALL SELECT 1 FROM inserted) 
 
 /// The round's statements, planned once per worker and kept (the plan cache
 /// re-plans them if the tables change); prepared anew when the schema
-/// version changes.
+/// version changes, and when the log gains the envelope's columns.
 pub(super) struct Plans {
     pub(super) schema: Schema,
+    /// The log has the envelope's columns: the fetches read them.
+    pub(super) envelope: bool,
     /// The current schema only: [`READ_STATE_AT`].
     pub(super) read_state_at: Option<OwnedPreparedStatement>,
     pub(super) read_state: OwnedPreparedStatement,
     pub(super) read_private: OwnedPreparedStatement,
     pub(super) previous: OwnedPreparedStatement,
-    /// Events becoming final (0.1.0: recording their commit times too).
+    /// Events becoming final (0.1.0: recording their commit times too):
+    /// position, stream, tx, time, data, type, key, headers.
     pub(super) fetch_new: OwnedPreparedStatement,
     /// The current schema only: events made final before, and the insert of
     /// commit times.
@@ -159,10 +173,12 @@ thread_local! {
     static PLANS: RefCell<Option<Rc<Plans>>> = const { RefCell::new(None) };
 }
 
-pub(super) fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plans>> {
-    if let Some(plans) = PLANS.with(|p| p.borrow().clone()).filter(|p| p.schema == schema) {
+pub(super) fn plans(client: &SpiClient<'_>, schema: Schema, envelope: bool) -> SpiResult<Rc<Plans>> {
+    let envelope = envelope && schema == Schema::Current;
+    if let Some(plans) = PLANS.with(|p| p.borrow().clone()).filter(|p| p.schema == schema && p.envelope == envelope) {
         return Ok(plans);
     }
+    let columns = |sql: &str| sql.replace("/*envelope*/", if envelope { ENVELOPE } else { NO_ENVELOPE });
     let int8 = PgOid::BuiltIn(PgBuiltInOids::INT8OID);
     let int8_array = PgOid::BuiltIn(PgBuiltInOids::INT8ARRAYOID);
     let (read_state, read_private, fetch_new, save) = match schema {
@@ -174,7 +190,7 @@ pub(super) fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plan
     let save_types = [int8, int8, int8, int8_array, int8, int8, text];
     let recorded = match schema {
         Schema::Current => Some(Recorded {
-            fetch: client.prepare(FETCH_RECORDED, &range)?.keep(),
+            fetch: client.prepare(&columns(FETCH_RECORDED), &range)?.keep(),
             insert_times: client
                 .prepare_mut(commit_times::INSERT, &commit_times::INSERT_TYPES.map(PgOid::from))?
                 .keep(),
@@ -183,6 +199,7 @@ pub(super) fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plan
     };
     let plans = Rc::new(Plans {
         schema,
+        envelope,
         read_state_at: match schema {
             Schema::Current => Some(client.prepare(READ_STATE_AT, &[text])?.keep()),
             Schema::V0_1 => None,
@@ -190,7 +207,7 @@ pub(super) fn plans(client: &SpiClient<'_>, schema: Schema) -> SpiResult<Rc<Plan
         read_state: client.prepare(read_state, &[])?.keep(),
         read_private: client.prepare(read_private, &[])?.keep(),
         previous: client.prepare(PREVIOUS, &[text, int8])?.keep(),
-        fetch_new: client.prepare_mut(fetch_new, &range)?.keep(),
+        fetch_new: client.prepare_mut(&columns(fetch_new), &range)?.keep(),
         recorded,
         save: client.prepare_mut(save, &save_types)?.keep(),
         save_first: match schema {

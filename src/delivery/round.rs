@@ -19,9 +19,17 @@
 //!
 //! # Memory
 //!
-//! A round holds at most `batch_size` events, and reads an event's data only
-//! when it can fit a notification: the size comes from the stored datum's
-//! header (no detoasting), so a 200 MB event costs the worker nothing.
+//! A round holds at most `batch_size` events, and reads an event's data (and
+//! its envelope's values) only when it can fit a notification: the size
+//! comes from the stored datum's header (no detoasting), so a 200 MB event
+//! costs the worker nothing (see bounded.rs).
+//!
+//! # The envelope
+//!
+//! Payloads carry an event's `type`, `key` and `headers` when it has them
+//! (a private stream's only its `type`). The library also serves logs from
+//! before the 0.3.0 update, which have no such columns: the round's
+//! statements read them only when the log has them (checked each round).
 //!
 //! # Commit times are exact or marked
 //!
@@ -52,20 +60,21 @@
 //! no delivered position, no private streams, one transaction per round.
 
 use std::cell::RefCell;
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 
 use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiResult};
 
+use super::bounded::{jsonb_text, read_envelope};
 use super::plans::{plans, Plans};
 use crate::error::{SpiContext, StreamsError};
 use crate::ffi;
-use crate::log::catalog::{database_is_template, installed_schema, Schema};
+use crate::log::catalog::{database_is_template, installed_schema, log_has_envelope, Schema};
 use crate::log::commit_times::Recorder;
 use crate::shmem;
 use litebase_streams_core::horizon;
 use litebase_streams_core::names::pattern_matches;
-use litebase_streams_core::payload::{encode_payload, Event, MAX_DATA_TEXT_BYTES};
+use litebase_streams_core::payload::{encode_payload, Event};
 
 /// What a round does (see the module comment).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,11 +97,6 @@ pub enum Round {
     /// The database became a template: the worker leaves it.
     Template,
 }
-
-/// Stored data larger than this (uncompressed jsonb bytes) is never read:
-/// its JSON text cannot fit a notification payload (jsonb's binary form is
-/// at most a few times larger than its text).
-const MAX_DATA_READ_BYTES: usize = 8 * MAX_DATA_TEXT_BYTES;
 
 /// Run one round inside the caller's transaction (which has an active snapshot).
 pub fn run(db: pg_sys::Oid, batch_size: i64, phase: Phase) -> Round {
@@ -159,7 +163,7 @@ fn deliver(
     schema: Schema,
     log: pg_sys::Oid,
 ) -> SpiResult<Round> {
-    let plans = plans(client, schema)?;
+    let plans = plans(client, schema, log_has_envelope(log))?;
     let phase = if schema == Schema::V0_1 { Phase::Combined } else { phase };
     // Order matters (see litebase_streams_core::horizon): the newest allocated position first,
     // then the publishers' slots, then a fresh snapshot for the events.
@@ -351,7 +355,11 @@ fn read_events(
         let stream = row.get::<&str>(2)?.unwrap_or_default();
         let tx = row.get::<i64>(3)?.unwrap_or_default();
         let is_private = notify.private.iter().any(|p| pattern_matches(p, stream));
-        let data = if is_private { None } else { rows.get_datum_by_ordinal(5)?.and_then(jsonb_text) };
+        let envelope = read_envelope(&rows, 6, is_private)?;
+        let data = match is_private || envelope.unread {
+            true => None,
+            false => rows.get_datum_by_ordinal(5)?.and_then(jsonb_text),
+        };
         let prev = LAST_NOTIFIED.with(|l| l.borrow_mut().previous(client, plans, stream, position))?;
         LAST_NOTIFIED.with(|l| l.borrow_mut().record(stream, position));
         let event = Event {
@@ -360,6 +368,9 @@ fn read_events(
             time_us: unix_micros(time),
             tx,
             prev,
+            type_: envelope.type_.as_deref(),
+            key: envelope.key.as_deref(),
+            headers: envelope.headers.as_deref(),
             data: data.as_deref(),
             private: is_private,
         };
@@ -375,96 +386,9 @@ fn read_events(
     Ok((last, fetched == batch.limit))
 }
 
-/// Whether the JSON text of `jsonb` is longer than `limit` bytes, found
-/// without writing it: a few bytes of stored jsonb can print as a huge text
-/// (a numeric like 1e131071 is 16 bytes stored and 131,072 digits printed),
-/// so the stored size alone does not bound what `JsonbToCString` allocates.
-/// Sums the length of every key and scalar (printing at most one numeric
-/// beyond the limit) and stops as soon as the sum passes `limit`.
-///
-/// # Safety
-/// SAFETY: `jsonb` points to a detoasted jsonb value valid for the call; the
-/// iterator and printed numerics are palloc'd (an ERROR, never an abort).
-unsafe fn text_longer_than(jsonb: *mut pg_sys::Jsonb, limit: usize) -> bool {
-    use pg_sys::JsonbIteratorToken::*;
-    let mut iterator = pg_sys::JsonbIteratorInit(&raw mut (*jsonb).root);
-    let mut value: pg_sys::JsonbValue = std::mem::zeroed();
-    let mut length = 0usize;
-    loop {
-        let token = pg_sys::JsonbIteratorNext(&mut iterator, &mut value, false);
-        length += match token {
-            WJB_DONE => return false,
-            WJB_KEY | WJB_VALUE | WJB_ELEM => scalar_text_length(&value) + 2,
-            _ => 1,
-        };
-        if length > limit {
-            return true;
-        }
-    }
-}
-
-/// The printed length of a scalar (a lower bound for strings, which may
-/// grow by escaping; exact for numerics).
-///
-/// # Safety
-/// SAFETY: `value` was filled by JsonbIteratorNext for a scalar token, so the
-/// union member matching `type_` is the one set.
-unsafe fn scalar_text_length(value: &pg_sys::JsonbValue) -> usize {
-    match value.type_ {
-        pg_sys::jbvType::jbvString => value.val.string.len.max(0) as usize,
-        pg_sys::jbvType::jbvNumeric => {
-            let Some(text) = pgrx::fcinfo::direct_function_call_as_datum(
-                pg_sys::numeric_out,
-                &[Some(pg_sys::Datum::from(value.val.numeric))],
-            ) else {
-                return 0;
-            };
-            let text = text.cast_mut_ptr::<std::ffi::c_char>();
-            let length = CStr::from_ptr(text).to_bytes().len();
-            pg_sys::pfree(text.cast());
-            length
-        }
-        _ => 5,
-    }
-}
-
 /// Microseconds since the Unix epoch.
 pub(crate) fn unix_micros(time: pgrx::datum::TimestampWithTimeZone) -> i64 {
     const POSTGRES_EPOCH_IN_UNIX_MICROS: i64 = 946_684_800_000_000;
     let raw: i64 = time.into_inner();
     raw + POSTGRES_EPOCH_IN_UNIX_MICROS
-}
-
-/// The JSON text of a jsonb datum, or `None` without reading it when it is
-/// too large to fit a notification anyway.
-fn jsonb_text(datum: pg_sys::Datum) -> Option<String> {
-    // SAFETY: `datum` is a non-null jsonb datum of the current row, valid for
-    // the round's transaction. The size comes from its header without
-    // detoasting; the detoasted copy and the text are palloc'd in the SPI
-    // memory context and freed here (an allocation failure is an ERROR).
-    unsafe {
-        if pg_sys::toast_raw_datum_size(datum) > MAX_DATA_READ_BYTES {
-            return None;
-        }
-        let raw = datum.cast_mut_ptr::<pg_sys::varlena>();
-        let detoasted = pg_sys::pg_detoast_datum(raw);
-        let jsonb = detoasted as *mut pg_sys::Jsonb;
-        if text_longer_than(jsonb, MAX_DATA_TEXT_BYTES) {
-            if detoasted != raw {
-                pg_sys::pfree(detoasted.cast());
-            }
-            return None;
-        }
-        let text = pg_sys::JsonbToCString(
-            std::ptr::null_mut(),
-            &raw mut (*jsonb).root,
-            pgrx::varlena::varsize_any(detoasted) as i32,
-        );
-        let owned = CStr::from_ptr(text).to_str().ok().map(str::to_owned);
-        pg_sys::pfree(text.cast());
-        if detoasted != raw {
-            pg_sys::pfree(detoasted.cast());
-        }
-        owned
-    }
 }

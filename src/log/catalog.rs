@@ -26,6 +26,17 @@ pub(crate) fn installed_schema() -> Option<(Schema, pg_sys::Oid)> {
     Some((if is_0_1 { Schema::V0_1 } else { Schema::Current }, log))
 }
 
+/// Whether the log `log` has the event envelope's columns (`type`, `key`,
+/// `headers`): from 0.3.0 on. Between installing a newer library and
+/// `ALTER EXTENSION litebase_streams UPDATE` the workers serve an older
+/// schema, so they read the columns only when this finds them (once per
+/// round; a syscache lookup).
+pub(crate) fn log_has_envelope(log: pg_sys::Oid) -> bool {
+    // SAFETY: a syscache lookup (no ERROR for a missing or dropped column)
+    // inside the caller's transaction, with a static C string.
+    unsafe { pg_sys::get_attnum(log, c"headers".as_ptr()) != 0 }
+}
+
 /// The extension's `streams.event_log` as [`extension_log`] returns it, when
 /// the schema keeps commit times by position (not 0.1.0's).
 pub(crate) fn log_with_commit_times() -> Option<pg_sys::Oid> {

@@ -64,6 +64,7 @@ pub(super) fn next_request(
     }
     // It reads the log, then the view: the readers' lock order first.
     crate::log::catalog::lock_for_reading();
+    let envelope = crate::log::catalog::extension_log().is_some_and(crate::log::catalog::log_has_envelope);
     let read = Spi::connect_mut(|client| {
         let Some((planned_last, planned_bytes)) = plan_request(client, webhook, &selector, upto)? else {
             return Ok(Ok(Next::Nothing));
@@ -77,7 +78,7 @@ pub(super) fn next_request(
         let single = webhook.batch == 1;
         let mut body = Body::default();
         let (mut first, mut last) = (None, None);
-        let events = events_between(client, &selector, webhook.position, planned_last)?;
+        let events = events_between(client, &selector, webhook.position, planned_last, envelope)?;
         for row in events {
             if last.is_some() && body.0.len() >= MAX_BODY_BYTES {
                 break; // the data printed larger than it is stored: the rest next time
@@ -90,6 +91,9 @@ pub(super) fn next_request(
                 tx: row.get::<i64>(4)?.unwrap_or(0),
                 prev: row.get::<i64>(5)?.unwrap_or(0),
                 data: row.get::<&str>(6)?,
+                type_: row.get::<&str>(7)?,
+                key: row.get::<&str>(8)?,
+                headers: row.get::<&str>(9)?,
                 private: false,
             };
             let written = (|| {
@@ -170,20 +174,24 @@ fn plan_request(
     Ok(last.map(|last| (last, bytes)))
 }
 
-/// The events of the pattern in `(after, last]`, as the payload needs them.
+/// The events of the pattern in `(after, last]`, as the payload needs them,
+/// with their envelope when the log has one (`envelope`: not before the
+/// 0.3.0 update, whose view has no such columns).
 fn events_between<'conn>(
     client: &mut SpiClient<'conn>,
     selector: &StreamSelector,
     after: i64,
     last: i64,
+    envelope: bool,
 ) -> SpiResult<pgrx::spi::SpiTupleTable<'conn>> {
     let (filter, values) = selector.sql_condition("e.stream", 3);
+    let envelope = if envelope { "e.type, e.key, e.headers::text" } else { "NULL::text, NULL::text, NULL::text" };
     let sql = format!(
         "SELECT e.position, e.stream::text, e.time, e.tx::text::bigint,
                 coalesce((SELECT p.position FROM streams.event_log p
                           WHERE p.stream = e.stream AND p.position < e.position
                           ORDER BY p.position DESC LIMIT 1), 0),
-                e.data::text
+                e.data::text, {envelope}
          FROM streams.events e
          WHERE e.position > $1 AND e.position <= $2 {filter} ORDER BY e.position"
     );
