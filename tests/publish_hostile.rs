@@ -23,9 +23,8 @@ fn fnv_collision(prefix: &str, target: &str) -> String {
     assert_eq!(INVERSE.wrapping_mul(0x0100_0193), 1);
     let goal = fnv1a(0x811c_9dc5, target.as_bytes());
     let start = fnv1a(0x811c_9dc5, prefix.as_bytes());
-    let triples = || {
-        ALPHABET.iter().flat_map(|&a| ALPHABET.iter().flat_map(move |&b| ALPHABET.iter().map(move |&c| [a, b, c])))
-    };
+    let triples =
+        || ALPHABET.iter().flat_map(|&a| ALPHABET.iter().flat_map(move |&b| ALPHABET.iter().map(move |&c| [a, b, c])));
     let forward: HashMap<u32, [u8; 3]> = triples().map(|t| (fnv1a(start, &t), t)).collect();
     for tail in triples() {
         // Undo the last three steps from the goal: h = (h * P⁻¹) ^ byte.

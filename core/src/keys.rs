@@ -100,6 +100,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn stream_lock_names_do_not_collide_where_fnv_hashes_do() {
+        // "mine.Npwb9z" has the 32-bit FNV-1a hash of "ledger".
+        assert_eq!(key_hash("mine.Npwb9z"), key_hash("ledger"));
+        assert_ne!(stream_lock_name("mine.Npwb9z"), stream_lock_name("ledger"));
+        assert_eq!(stream_lock_name("ledger"), stream_lock_name("ledger"));
+    }
+
+    #[test]
     fn key_paths_are_the_stream_or_dotted_paths_into_data() {
         assert_eq!(parse_key_path("$stream"), Ok(KeyPath::Stream));
         assert_eq!(parse_key_path("$key"), Ok(KeyPath::Envelope));
