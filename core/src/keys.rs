@@ -64,6 +64,17 @@ pub fn key_hash(key: &str) -> u32 {
     key.bytes().fold(0x811c_9dc5u32, |hash, byte| (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193))
 }
 
+/// The name of a stream's `expected_prev` lock: 64 bits of the SHA-256 of
+/// the name. Unlike [`key_hash`], no publisher can pick another name with
+/// the same lock (a second preimage of 64 bits), so a role that may publish
+/// only to its own streams cannot hold another stream's lock.
+pub fn stream_lock_name(stream: &str) -> [u32; 2] {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(stream.as_bytes());
+    let word = |i: usize| u32::from_be_bytes([digest[i], digest[i + 1], digest[i + 2], digest[i + 3]]);
+    [word(0), word(4)]
+}
+
 /// The longest key kept as it is (bytes); a longer one is kept as its digest.
 pub const KEPT_KEY_BYTES: usize = 200;
 
@@ -87,6 +98,14 @@ pub fn bounded_key(key: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stream_lock_names_do_not_collide_where_fnv_hashes_do() {
+        // "mine.Npwb9z" has the 32-bit FNV-1a hash of "ledger".
+        assert_eq!(key_hash("mine.Npwb9z"), key_hash("ledger"));
+        assert_ne!(stream_lock_name("mine.Npwb9z"), stream_lock_name("ledger"));
+        assert_eq!(stream_lock_name("ledger"), stream_lock_name("ledger"));
+    }
 
     #[test]
     fn key_paths_are_the_stream_or_dotted_paths_into_data() {

@@ -3,18 +3,19 @@
 //! publishes to it, is at position `p` (0: the stream has none).
 //!
 //! Such publishers of one stream take a transaction-scoped lock of the
-//! stream (an advisory lock tag of the extension's own, by the hash of the
-//! name: streams that share a hash only share waits), then read the newest
-//! position of the stream through its (stream, position) index with a dirty
-//! snapshot, which sees committed and still-open inserts alike, and take
-//! their positions while holding the lock: of concurrent appenders that
-//! expect the same `p`, the first one commits and every later one finds its
-//! event. Publishers without `expected_prev` take no such lock.
+//! stream (an advisory lock tag of the extension's own, named by 64 bits of
+//! the SHA-256 of the name: a publisher cannot pick a name of its own whose
+//! lock is another stream's, as it could with a 32-bit FNV hash), then read
+//! the newest position of the stream through its (stream, position) index
+//! with a dirty snapshot, which sees committed and still-open inserts alike,
+//! and take their positions while holding the lock: of concurrent appenders
+//! that expect the same `p`, the first one commits and every later one finds
+//! its event. Publishers without `expected_prev` take no such lock.
 
 use pgrx::pg_sys;
 
 use crate::error::StreamsError;
-use litebase_streams_core::keys::key_hash;
+use litebase_streams_core::keys::stream_lock_name;
 
 /// `locktag_field4` of stream locks: none of PostgreSQL's advisory lock
 /// functions (1 and 2) nor of the subscriptions' claims.
@@ -24,11 +25,12 @@ const STREAM_TAG: u16 = 0x5354; // "ST"
 /// transaction ends. The wait obeys lock_timeout, cancel and deadlock
 /// detection.
 fn lock_stream(stream: &str) {
+    let [high, low] = stream_lock_name(stream);
     let tag = pg_sys::LOCKTAG {
         // SAFETY: MyDatabaseId is set once the backend connected; a plain read.
         locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
-        locktag_field2: key_hash(stream),
-        locktag_field3: 0,
+        locktag_field2: high,
+        locktag_field3: low,
         locktag_field4: STREAM_TAG,
         locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
         locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
