@@ -188,18 +188,25 @@ impl Db {
         let tx = begin(&mut client, role, true).await?;
         let (low, high) = match selector {
             Selector::Exact(name) => (name.clone(), format!("{name}\u{1}")),
-            Selector::Prefix(prefix) => {
+            Selector::Prefix(prefix) | Selector::Wildcard { prefix, .. } if !prefix.is_empty() => {
                 let mut high = prefix.clone().into_bytes();
                 *high.last_mut().expect("a prefix is not empty") += 1;
                 (prefix.clone(), String::from_utf8(high).expect("names are ASCII"))
             }
             // Every name starts with a letter, digit or '_', all below '~'.
-            Selector::All => (String::new(), "~".to_owned()),
+            _ => (String::new(), "~".to_owned()),
         };
         let horizon_stmt = tx.prepare_cached(HORIZON).await?;
         let horizon: i64 = tx.query_one(&horizon_stmt, &[]).await?.get(0);
         let stmt = tx.prepare_cached(STREAM_NAMES).await?;
-        let names = tx.query(&stmt, &[&low, &high]).await?.iter().map(|r| r.get(0)).collect();
+        // A wildcard's names are those of its literal prefix that match it.
+        let names = tx
+            .query(&stmt, &[&low, &high])
+            .await?
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .filter(|name| selector.matches(name))
+            .collect();
         tx.commit().await?;
         metrics::query_seconds("stream_names", timer);
         Ok((names, horizon))
