@@ -59,7 +59,8 @@ const REPLAY: &str = r#"SELECT e.position, e.stream,
        coalesce(pg_catalog.to_char(e."time" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), ''),
        e.tx::text::bigint, e.data::text
 FROM streams.replay(stream => $1, after => $2, since => $3::text::timestamptz,
-                    from_tx => $4::text::xid8, max_events => $5) e"#;
+                    from_tx => $4::text::xid8, max_events => $5,
+                    types => $6::text[], filter => $7::text::jsonb) e"#;
 
 const HORIZON: &str = "SELECT streams.horizon(), streams.worker_pid()";
 
@@ -116,7 +117,7 @@ impl Db {
         self.primary.status().size + self.replica.as_ref().map_or(0, |p| p.status().size)
     }
 
-    /// One replay page as `role` of at most `limit` events and about
+    /// One replay page as `role` of the events `filter` keeps, at most `limit` events and about
     /// `max_bytes` bytes (each event counted by its SSE frame): it stops once
     /// the events read reach `max_bytes`, so one event larger than that comes
     /// alone. The rows come through a portal in small chunks sized by the
@@ -128,6 +129,7 @@ impl Db {
         role: &str,
         pattern: &str,
         start: &Start,
+        filter: &litebase_streams_core::filters::EventFilter,
         limit: i32,
         max_bytes: usize,
     ) -> Result<Page, ApiError> {
@@ -143,7 +145,7 @@ impl Db {
             Start::FromTx(x) => (None, None, Some(x.as_str())),
         };
         let stmt = tx.prepare_cached(REPLAY).await?;
-        let portal = tx.bind(&stmt, &[&pattern, &after, &since, &from_tx, &limit]).await?;
+        let portal = tx.bind(&stmt, &[&pattern, &after, &since, &from_tx, &limit, &filter.types, &filter.data]).await?;
         let limit = limit.max(0) as usize;
         let mut events: Vec<Arc<Event>> = Vec::new();
         let mut bytes = 0usize;

@@ -6,7 +6,27 @@
 //! them again: 22023), and decides here whether a role's read grants cover a
 //! pattern, with the rule subscriptions use.
 
+use litebase_streams_core::filters::{self, EventFilter, FilterError};
 use litebase_streams_core::names::{self, NameError, StreamSelector};
+
+/// The filters of a route or WebSocket subscription: `types` (a comma list,
+/// or a JSON array in a WebSocket message) and `filter` (a JSON object that
+/// the events' data must contain). Checked here for a 400; the database
+/// checks them again (22023) and applies them to the rows the role may read.
+pub fn parse_filter(types: Option<&str>, filter: Option<&str>) -> Result<EventFilter, String> {
+    let describe = |FilterError { argument, reason }: FilterError| format!("invalid {argument}: {reason}");
+    let types = types.map(filters::parse_types_parameter).transpose().map_err(describe)?;
+    let data = filter.map(|f| filters::parse_filter(f).map(|v| v.to_string())).transpose().map_err(describe)?;
+    Ok(EventFilter { types, data })
+}
+
+/// The key that tells the topics of one pattern with different filters apart.
+pub fn topic_key(pattern: &str, filter: &EventFilter) -> String {
+    if filter.is_empty() {
+        return pattern.to_owned();
+    }
+    format!("{pattern}\u{0}{:?}\u{0}{}", filter.types, filter.data.as_deref().unwrap_or(""))
+}
 
 /// What a pattern selects.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
