@@ -123,6 +123,7 @@ impl Db {
     /// alone. The rows come through a portal in small chunks sized by the
     /// bytes still allowed, so no more than a chunk's rows are held beyond the
     /// page itself.
+    #[allow(clippy::too_many_arguments)] // replay's own arguments, each one a caller sets
     pub async fn replay_page_bytes(
         &self,
         server: Server,
