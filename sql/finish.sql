@@ -47,6 +47,7 @@ GRANT SELECT ON streams.stream_grants TO PUBLIC;
 -- as the caller.
 GRANT EXECUTE ON FUNCTION streams._replay_check(bigint, timestamptz, xid8),
     streams._stream_exact(text), streams._stream_prefix_low(text), streams._stream_prefix_high(text),
+    streams._stream_wildcard(text), streams._check_types(text[]), streams._check_filter(jsonb),
     streams._replay_limit(integer), streams._stream_matches(text, text[]), streams._era(bigint, bigint[]),
     streams._commit_time(bigint),
     streams._reads_all(), streams._read_patterns(), streams._may_publish(text),
@@ -55,14 +56,14 @@ GRANT EXECUTE ON FUNCTION streams._replay_check(bigint, timestamptz, xid8),
 -- Subscriptions: each function checks its caller; the tables stay the owner's alone.
 GRANT SELECT ON streams.subscriptions, streams.dead_letters TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
-    streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean),
+    streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean, text[], jsonb),
     streams.alter_subscription(text, integer, interval, interval, boolean),
     streams.drop_subscription(text), streams.poll(text, integer, interval, interval), streams.ack(text, bigint),
     streams.ack(text, bigint, bigint), streams.extend_lease(text, bigint, interval),
     streams.nack(text, bigint, interval, text, bigint), streams.retry_dead_letter(text, bigint),
     streams.discard_dead_letter(text, bigint),
     streams.seek(text, bigint, timestamptz, xid8),
-    streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean),
+    streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean, text[], jsonb),
     streams._seek_subscription(text, bigint), streams._poll(text, integer, interval),
     streams._claim(text, integer, interval, interval), streams._attempt(bigint), streams._chunk(bigint),
     streams._event_key(text[], text, jsonb, text), streams._bounded_key(text),

@@ -244,6 +244,23 @@ $$;
 --    written down (by the worker) before the events are returned, so each
 --    event carries its attempt; nack with backoff, max_attempts, dead
 --    letters that copy nothing, if_not_exists.
+-- Pattern and filter helpers (issue 25, filters and wildcards; see replay below).
+-- streams._stream_wildcard(pattern text) -> text
+-- The pattern when it has a '*' segment before its end ('order.*.failed'),
+-- else null: replay matches the names in its prefix range against it.
+CREATE FUNCTION streams._stream_wildcard(pattern text) RETURNS text
+LANGUAGE c IMMUTABLE PARALLEL SAFE AS 'MODULE_PATHNAME', '_stream_wildcard_wrapper';
+
+-- streams._check_types(types text[]) -> text[]
+-- types, or 22023: 1 to 100 types, none null or empty.
+CREATE FUNCTION streams._check_types(types text[]) RETURNS text[]
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', '_check_types_wrapper';
+
+-- streams._check_filter(filter jsonb) -> jsonb
+-- filter, or 22023: a JSON object of at most 4 kB.
+CREATE FUNCTION streams._check_filter(filter jsonb) RETURNS jsonb
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', '_check_filter_wrapper';
+
 LOCK TABLE streams.subscription_state IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE streams.subscription_state
     ADD COLUMN max_attempts integer CHECK (max_attempts BETWEEN 1 AND 1000),
@@ -251,7 +268,9 @@ ALTER TABLE streams.subscription_state
     ADD COLUMN backoff_max interval NOT NULL DEFAULT '10 minutes',
     ADD COLUMN key text,
     ADD COLUMN key_path text[],
-    ADD COLUMN on_dead_letter text NOT NULL DEFAULT 'hold' CHECK (on_dead_letter IN ('hold', 'skip'));
+    ADD COLUMN on_dead_letter text NOT NULL DEFAULT 'hold' CHECK (on_dead_letter IN ('hold', 'skip')),
+    ADD COLUMN types text[],
+    ADD COLUMN filter jsonb;
 -- How often each event was handed out and not yet settled (acked, parked,
 -- discarded): every event of the subscription in (low, high] was
 -- delivered `attempts` times, last to the backend with pid delivered_to
@@ -335,10 +354,11 @@ DROP FUNCTION streams._create_subscription(text, text, bigint, boolean);
 DROP FUNCTION streams.poll(text, integer, interval);
 CREATE FUNCTION streams._create_subscription(name text, stream text, start bigint, ordered boolean,
     key text, on_dead_letter text, max_attempts integer, backoff_min interval, backoff_max interval,
-    if_not_exists boolean) RETURNS void
+    if_not_exists boolean, types text[], filter jsonb) RETURNS void
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_create_subscription_with_retries_wrapper';
 CREATE FUNCTION streams._claim(subscription text, max_events integer, wait interval, lease interval)
-RETURNS TABLE (stream text, prefix text, afters bigint[], throughs bigint[], lease bigint)
+RETURNS TABLE (stream text, prefix text, afters bigint[], throughs bigint[], lease bigint,
+               pattern text, types text[], filter jsonb)
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_claim_wrapper';
 -- No SET clause (called once per event returned): its one SQL statement
 -- runs as the extension's owner with search_path pinned in Rust
@@ -346,8 +366,10 @@ LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 
 CREATE FUNCTION streams._attempt("position" bigint) RETURNS integer
 LANGUAGE c VOLATILE STRICT AS 'MODULE_PATHNAME', '_attempt_wrapper';
 -- streams.create_subscription(name, stream, after, since, from_tx, ordered, key,
---     max_attempts, backoff_min, backoff_max, on_dead_letter, if_not_exists) -> void
--- A durable, named cursor over `stream` (a name, 'prefix.*' or '*'). Starts
+--     max_attempts, backoff_min, backoff_max, on_dead_letter, if_not_exists,
+--     types, filter) -> void
+-- A durable, named cursor over `stream` (a name, 'prefix.*', a pattern with
+-- '*' segments such as 'order.*.failed', or '*'). Starts
 -- after the current horizon, or after => a position (0: the beginning),
 -- since => a time, from_tx => a transaction. ordered => true: one transaction
 -- at a time polls it, in position order; false: concurrent pollers get
@@ -357,9 +379,13 @@ LANGUAGE c VOLATILE STRICT AS 'MODULE_PATHNAME', '_attempt_wrapper';
 -- deliveries of an event before it is parked as a dead letter (NULL: no
 -- limit); backoff_min/backoff_max: the delay before
 -- a nacked event comes again; on_dead_letter: per key, whether a dead
--- letter holds its key ('hold') or not ('skip'). 42710 if the name exists
--- (if_not_exists => true: unless it is the same pattern and ordering),
--- 42501 without the read privilege on the whole pattern.
+-- letter holds its key ('hold') or not ('skip'). types: only events of
+-- these types; filter: only events whose data contains this JSON object
+-- (data @> filter). Its other events are skipped: never polled, and passed
+-- by the acks of the events around them. 42710 if the name exists
+-- (if_not_exists => true: unless it is the same pattern, ordering and
+-- filters), 42501 without the read privilege on the whole pattern, 22023
+-- for a bad pattern or filter.
 CREATE FUNCTION streams.create_subscription(
     name          text,
     stream        text        DEFAULT '*',
@@ -372,7 +398,9 @@ CREATE FUNCTION streams.create_subscription(
     backoff_min   interval    DEFAULT '1 second',
     backoff_max   interval    DEFAULT '10 minutes',
     on_dead_letter text       DEFAULT 'hold',
-    if_not_exists boolean     DEFAULT false
+    if_not_exists boolean     DEFAULT false,
+    types         text[]      DEFAULT NULL,
+    filter        jsonb       DEFAULT NULL
 ) RETURNS void
 LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
     SELECT streams._create_subscription(
@@ -381,7 +409,7 @@ LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
                                 create_subscription.since, create_subscription.from_tx),
         create_subscription.ordered, create_subscription.key, create_subscription.on_dead_letter,
         create_subscription.max_attempts, create_subscription.backoff_min, create_subscription.backoff_max,
-        create_subscription.if_not_exists)
+        create_subscription.if_not_exists, create_subscription.types, create_subscription.filter)
 $$;
 
 -- streams.alter_subscription(name, max_attempts, backoff_min, backoff_max,
@@ -415,7 +443,9 @@ LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 
 -- returned before it. Each range is read by itself (OFFSET 0: not
 -- flattened), so that even a generic plan scans an index per range: the
 -- (stream, position) one for one stream, the positions for a prefix or
--- '*' (no wider than the claim's own scan of them).
+-- '*' (no wider than the claim's own scan of them). A range holds the
+-- claimed events and the ones between them that the subscription's
+-- wildcard pattern or filters leave out: those are tested again here.
 CREATE FUNCTION streams.poll(subscription text, max_events integer DEFAULT 100, wait interval DEFAULT '0',
                              lease interval DEFAULT NULL)
 RETURNS TABLE ("position" bigint, stream text, "time" timestamptz, tx xid8, data jsonb, type text, key text,
@@ -443,6 +473,8 @@ BEGIN
                     -- number of streams) see how narrow it is.
                     AND e.stream = claimed.stream AND e.stream >= claimed.stream
                     AND e.stream < claimed.stream OPERATOR(pg_catalog.||) pg_catalog.chr(1)
+                    AND (claimed.types IS NULL OR e.type = ANY (claimed.types))
+                    AND (claimed.filter IS NULL OR e.data OPERATOR(pg_catalog.@>) claimed.filter)
                   OFFSET 0) e
               ORDER BY e.position OFFSET 0) r
         ORDER BY r.position;
@@ -459,6 +491,9 @@ BEGIN
                   WHERE e.position > c.after AND e.position <= c.through
                     AND (claimed.prefix IS NULL
                          OR pg_catalog.substr(e.stream, 1, pg_catalog.length(claimed.prefix)) = claimed.prefix)
+                    AND (claimed.pattern IS NULL OR streams._stream_matches(e.stream, ARRAY[claimed.pattern]))
+                    AND (claimed.types IS NULL OR e.type = ANY (claimed.types))
+                    AND (claimed.filter IS NULL OR e.data OPERATOR(pg_catalog.@>) claimed.filter)
                   OFFSET 0) e
               ORDER BY e.position OFFSET 0) r
         ORDER BY r.position;
@@ -520,7 +555,9 @@ SELECT s.name, s.stream, s.ordered, s.owner,
        coalesce(failures.parked, 0) AS parked,
        failures.oldest_parked,
        failures.next_retry_at,
-       s.key
+       s.key,
+       s.types,
+       s.filter
 FROM streams.subscription_state s
 CROSS JOIN LATERAL (SELECT coalesce((SELECT hs.horizon FROM streams.horizon_state hs ORDER BY hs.horizon DESC LIMIT 1), 0) AS horizon) h
 LEFT JOIN LATERAL (
@@ -534,6 +571,10 @@ LEFT JOIN LATERAL (
       AND (streams._stream_exact(s.stream) IS NULL OR e.stream = streams._stream_exact(s.stream))
       AND (streams._stream_prefix_low(s.stream) IS NULL
            OR (e.stream >= streams._stream_prefix_low(s.stream) AND e.stream < streams._stream_prefix_high(s.stream)))
+      AND (streams._stream_wildcard(s.stream) IS NULL
+           OR streams._stream_matches(e.stream, ARRAY[streams._stream_wildcard(s.stream)]))
+      AND (s.types IS NULL OR e.type = ANY (s.types))
+      AND (s.filter IS NULL OR e.data OPERATOR(pg_catalog.@>) s.filter)
       AND NOT EXISTS (SELECT FROM streams.subscription_progress p
                       WHERE p.subscription = s.id AND p.chunk = streams._chunk(e.position) AND p.done_through >= e.position)
       AND NOT EXISTS (SELECT FROM streams.subscription_keys k
@@ -548,6 +589,10 @@ LEFT JOIN LATERAL (
       AND (streams._stream_exact(s.stream) IS NULL OR e.stream = streams._stream_exact(s.stream))
       AND (streams._stream_prefix_low(s.stream) IS NULL
            OR (e.stream >= streams._stream_prefix_low(s.stream) AND e.stream < streams._stream_prefix_high(s.stream)))
+      AND (streams._stream_wildcard(s.stream) IS NULL
+           OR streams._stream_matches(e.stream, ARRAY[streams._stream_wildcard(s.stream)]))
+      AND (s.types IS NULL OR e.type = ANY (s.types))
+      AND (s.filter IS NULL OR e.data OPERATOR(pg_catalog.@>) s.filter)
       AND NOT EXISTS (SELECT FROM streams.subscription_progress p
                       WHERE p.subscription = s.id AND p.chunk = streams._chunk(e.position) AND p.done_through >= e.position)
       AND NOT EXISTS (SELECT FROM streams.subscription_keys k
@@ -583,16 +628,18 @@ WHERE f.parked_at IS NOT NULL AND NOT f.discarded AND pg_catalog.pg_has_role(s.o
 
 
 
-COMMENT ON FUNCTION streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean) IS 'Internal: create_subscription once the start position is known.';
+COMMENT ON FUNCTION streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean, text[], jsonb) IS 'Internal: create_subscription once the start position is known.';
 COMMENT ON FUNCTION streams._poll(text, integer, interval) IS 'Internal: streams._claim without the attempts (the 0.2.0 form, for polls compiled before an update).';
-COMMENT ON FUNCTION streams._claim(text, integer, interval, interval) IS 'Internal: claim the next events of a subscription: its stream (or prefix) and the ranges of positions holding them.';
+COMMENT ON FUNCTION streams._claim(text, integer, interval, interval) IS 'Internal: claim the next events of a subscription: its stream (or prefix and pattern), its filters and the ranges of positions holding them.';
 COMMENT ON FUNCTION streams._attempt(bigint) IS 'Internal: the delivery attempt of an event this backend''s last poll claimed, once the worker wrote the delivery down.';
-COMMENT ON FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean) IS 'Create a durable, named subscription to a stream, ''prefix.*'' or ''*''; ordered in one sequence, per key, or not; max_attempts and backoff for failing events.';
+COMMENT ON FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean, text[], jsonb) IS 'Create a durable, named subscription to a stream, ''prefix.*'', ''order.*.failed'' or ''*''; ordered in one sequence, per key, or not; max_attempts and backoff for failing events; types and filter (data @> filter) keep only the matching events.';
 COMMENT ON TABLE streams.subscription_keys IS 'Subscriptions ordered per key: the last processed event of each key above the position.';
 COMMENT ON FUNCTION streams._event_key(text[], text, jsonb, text) IS 'Internal: an event''s key for a subscription ordered per key.';
 COMMENT ON FUNCTION streams._bounded_key(text) IS 'Internal: a key up to 200 bytes, else its SHA-256 digest.';
 COMMENT ON COLUMN streams.subscription_state.key IS 'Ordered per key: the key as given (a path into data, or ''$stream''); NULL otherwise.';
 COMMENT ON COLUMN streams.subscription_state.on_dead_letter IS 'Ordered per key: whether a dead letter holds its key''s later events (hold) or not (skip).';
+COMMENT ON COLUMN streams.subscription_state.types IS 'Only events whose type is one of these (NULL: every type).';
+COMMENT ON COLUMN streams.subscription_state.filter IS 'Only events whose data contains this JSON object, data @> filter (NULL: all).';
 COMMENT ON FUNCTION streams.alter_subscription(text, integer, interval, interval, boolean) IS 'Change a subscription''s max_attempts and backoff.';
 COMMENT ON FUNCTION streams.nack(text, bigint, interval, text, bigint) IS 'An event failed: deliver it again after retry_after (or the backoff), or park it at its last attempt.';
 COMMENT ON FUNCTION streams.ack(text, bigint, bigint) IS 'Mark a live lease''s events, up to a position, as processed (any session).';
@@ -617,23 +664,23 @@ REVOKE ALL ON streams.subscription_deliveries, streams.subscription_failures, st
 -- against the querying role; it reads nothing but its arguments.
 GRANT EXECUTE ON FUNCTION streams._event_key(text[], text, jsonb, text), streams._bounded_key(text) TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION
-    streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean),
+    streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean, text[], jsonb),
     streams.alter_subscription(text, integer, interval, interval, boolean),
     streams.poll(text, integer, interval, interval), streams.ack(text, bigint, bigint),
     streams.extend_lease(text, bigint, interval),
     streams.nack(text, bigint, interval, text, bigint), streams.retry_dead_letter(text, bigint),
     streams.discard_dead_letter(text, bigint),
-    streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean),
+    streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean, text[], jsonb),
     streams._claim(text, integer, interval, interval), streams._attempt(bigint) FROM PUBLIC;
 GRANT SELECT ON streams.dead_letters TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
-    streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean),
+    streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean, text[], jsonb),
     streams.alter_subscription(text, integer, interval, interval, boolean),
     streams.poll(text, integer, interval, interval), streams.ack(text, bigint, bigint),
     streams.extend_lease(text, bigint, interval),
     streams.nack(text, bigint, interval, text, bigint), streams.retry_dead_letter(text, bigint),
     streams.discard_dead_letter(text, bigint),
-    streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean),
+    streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean, text[], jsonb),
     streams._claim(text, integer, interval, interval), streams._attempt(bigint) TO PUBLIC;
 
 -------------------------------------------------------------------------------
@@ -750,6 +797,92 @@ ALTER TABLE streams.idempotency_keys ENABLE ROW LEVEL SECURITY;
 SELECT pg_catalog.pg_extension_config_dump('streams.idempotency_keys', '');
 COMMENT ON TABLE streams.idempotency_keys IS 'Idempotency keys of publishes per stream, with the positions they published; forgotten after litebase_streams.idempotency_window.';
 
+-------------------------------------------------------------------------------
+-- Filters and wildcards (issue 25): patterns with '*' segments, and replay
+-- with types and filter. replay gains two arguments: the old one is
+-- dropped, and whoever could execute it may execute the new one.
+-------------------------------------------------------------------------------
+
+-- The grantees, kept in a setting of this transaction across the DROP.
+SELECT pg_catalog.set_config('litebase_streams_update.replay_grantees',
+    coalesce(pg_catalog.string_agg(CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(r.rolname) END, ','), ''),
+    true)
+FROM pg_catalog.pg_proc p
+CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+WHERE p.oid = 'streams.replay(text, bigint, timestamptz, xid8, integer)'::pg_catalog.regprocedure
+  AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner;
+DROP FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer);
+
+-- streams.replay(stream, after, since, from_tx, max_events, types, filter) -> setof streams.events
+-- Final events in position order, at most max_events of them.
+--   stream     exact name, a prefix pattern ('payment.*'), a pattern with '*'
+--              segments ('order.*.failed': one whole segment each), '*' or
+--              null (all streams)
+--   after      positions greater than this
+--   since      events committed at or after this time
+--   from_tx    from that transaction's first event on (the whole timeline, not just its events)
+--   none       from the beginning
+--   types      only events whose type is one of these (null: every event)
+--   filter     only events whose data contains this JSON object (data @> filter)
+-- At most one of after/since/from_tx. To page, continue with after => the last position seen.
+-- A single SQL query that PostgreSQL inlines into the caller's: with literal
+-- arguments the helpers fold to constants and it plans like a hand-written
+-- range query on streams.events. The filters are conditions on the rows
+-- the caller's row-level security lets through, tested while the
+-- (stream, position) index is scanned; 22023 for a bad one.
+CREATE FUNCTION streams.replay(
+    stream     text        DEFAULT NULL,
+    after      bigint      DEFAULT NULL,
+    since      timestamptz DEFAULT NULL,
+    from_tx    xid8        DEFAULT NULL,
+    max_events integer     DEFAULT 1000,
+    types      text[]      DEFAULT NULL,
+    filter     jsonb       DEFAULT NULL
+) RETURNS SETOF streams.events
+LANGUAGE sql STABLE AS $$
+    SELECT e.*
+    FROM streams.events e
+    WHERE streams._replay_check(replay.after, replay.since, replay.from_tx)
+      -- after => a position, or nothing: a constant the planner can estimate with.
+      AND e.position > CASE WHEN replay.since IS NULL AND replay.from_tx IS NULL
+                            THEN coalesce(replay.after, 0)
+                            ELSE streams._replay_start(replay.since, replay.from_tx) END
+      AND (streams._stream_exact(replay.stream) IS NULL OR e.stream = streams._stream_exact(replay.stream))
+      AND (streams._stream_prefix_low(replay.stream) IS NULL
+           OR (e.stream >= streams._stream_prefix_low(replay.stream)
+               AND e.stream < streams._stream_prefix_high(replay.stream)))
+      AND (streams._stream_wildcard(replay.stream) IS NULL
+           OR streams._stream_matches(e.stream, ARRAY[streams._stream_wildcard(replay.stream)]))
+      AND (replay.types IS NULL OR e.type = ANY (streams._check_types(replay.types)))
+      AND (replay.filter IS NULL OR e.data OPERATOR(pg_catalog.@>) streams._check_filter(replay.filter))
+      -- Later commits than `since` only (the start position is the first one).
+      AND (replay.since IS NULL OR e."time" >= replay.since)
+    ORDER BY e.position
+    LIMIT streams._replay_limit(replay.max_events)
+$$;
+
+REVOKE EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb) FROM PUBLIC;
+DO $regrant_replay$
+DECLARE
+    grantees text := pg_catalog.current_setting('litebase_streams_update.replay_grantees');
+BEGIN
+    IF grantees <> '' THEN
+        EXECUTE pg_catalog.format(
+            'GRANT EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb) TO %s',
+            grantees);
+    END IF;
+END
+$regrant_replay$;
+GRANT EXECUTE ON FUNCTION streams._stream_wildcard(text), streams._check_types(text[]), streams._check_filter(jsonb)
+    TO PUBLIC;
+COMMENT ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb) IS 'Final events of the streams a pattern selects (''order.*.failed'': one segment per *), in position order, from a position, time or transaction; types and filter (data @> filter) keep only the matching ones.';
+COMMENT ON FUNCTION streams._stream_wildcard(text) IS 'Internal: the pattern when it has a * segment before its end.';
+COMMENT ON FUNCTION streams._check_types(text[]) IS 'Internal: a types argument, checked (22023).';
+COMMENT ON FUNCTION streams._check_filter(jsonb) IS 'Internal: a filter argument, checked: a JSON object of at most 4 kB (22023).';
+COMMENT ON FUNCTION streams._stream_prefix_low(text) IS 'Internal: the lowest name a prefix pattern (or a wildcard pattern''s literal prefix) selects.';
+COMMENT ON FUNCTION streams._stream_prefix_high(text) IS 'Internal: the smallest name above every name a prefix pattern (or a wildcard pattern''s literal prefix) selects.';
+
 -- streams._sql_privileges(privilege text, grant_it boolean, role regrole) -> void
 -- Grants (grant_it) or revokes the SQL privileges a stream privilege takes:
 -- the one list of them, for streams.grant and streams.revoke.
@@ -759,7 +892,7 @@ DECLARE
     objects text[] := CASE privilege
         WHEN 'read' THEN ARRAY[
             'SELECT ON streams.events, streams.event_log, streams.commit_times, streams.horizon_state',
-            'EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
+            'EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb), streams.get(bigint),
                  streams.horizon(), streams.wait(bigint, interval), streams.worker_pid(), streams.log_id(),
                  streams._replay_start(timestamptz, xid8), streams.stream_head(text)']
         ELSE ARRAY[

@@ -438,23 +438,47 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     END
 $$;
 
--- streams.replay(stream, after, since, from_tx, max_events) -> setof streams.events
+-- streams._stream_wildcard(pattern text) -> text
+-- The pattern when it has a '*' segment before its end ('order.*.failed'),
+-- else null: replay matches the names in its prefix range against it.
+CREATE FUNCTION streams._stream_wildcard(pattern text) RETURNS text
+LANGUAGE c IMMUTABLE PARALLEL SAFE AS 'MODULE_PATHNAME', '_stream_wildcard_wrapper';
+
+-- streams._check_types(types text[]) -> text[]
+-- types, or 22023: 1 to 100 types, none null or empty.
+CREATE FUNCTION streams._check_types(types text[]) RETURNS text[]
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', '_check_types_wrapper';
+
+-- streams._check_filter(filter jsonb) -> jsonb
+-- filter, or 22023: a JSON object of at most 4 kB.
+CREATE FUNCTION streams._check_filter(filter jsonb) RETURNS jsonb
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', '_check_filter_wrapper';
+
+-- streams.replay(stream, after, since, from_tx, max_events, types, filter) -> setof streams.events
 -- Final events in position order, at most max_events of them.
---   stream     exact name, a prefix pattern ('payment.*'), '*' or null (all streams)
+--   stream     exact name, a prefix pattern ('payment.*'), a pattern with '*'
+--              segments ('order.*.failed': one whole segment each), '*' or
+--              null (all streams)
 --   after      positions greater than this
 --   since      events committed at or after this time
 --   from_tx    from that transaction's first event on (the whole timeline, not just its events)
 --   none       from the beginning
+--   types      only events whose type is one of these (null: every event)
+--   filter     only events whose data contains this JSON object (data @> filter)
 -- At most one of after/since/from_tx. To page, continue with after => the last position seen.
 -- A single SQL query that PostgreSQL inlines into the caller's: with literal
 -- arguments the helpers fold to constants and it plans like a hand-written
--- range query on streams.events.
+-- range query on streams.events. The filters are conditions on the rows
+-- the caller's row-level security lets through, tested while the
+-- (stream, position) index is scanned; 22023 for a bad one.
 CREATE FUNCTION streams.replay(
     stream     text        DEFAULT NULL,
     after      bigint      DEFAULT NULL,
     since      timestamptz DEFAULT NULL,
     from_tx    xid8        DEFAULT NULL,
-    max_events integer     DEFAULT 1000
+    max_events integer     DEFAULT 1000,
+    types      text[]      DEFAULT NULL,
+    filter     jsonb       DEFAULT NULL
 ) RETURNS SETOF streams.events
 LANGUAGE sql STABLE AS $$
     SELECT e.*
@@ -468,6 +492,10 @@ LANGUAGE sql STABLE AS $$
       AND (streams._stream_prefix_low(replay.stream) IS NULL
            OR (e.stream >= streams._stream_prefix_low(replay.stream)
                AND e.stream < streams._stream_prefix_high(replay.stream)))
+      AND (streams._stream_wildcard(replay.stream) IS NULL
+           OR streams._stream_matches(e.stream, ARRAY[streams._stream_wildcard(replay.stream)]))
+      AND (replay.types IS NULL OR e.type = ANY (streams._check_types(replay.types)))
+      AND (replay.filter IS NULL OR e.data OPERATOR(pg_catalog.@>) streams._check_filter(replay.filter))
       -- Later commits than `since` only (the start position is the first one).
       AND (replay.since IS NULL OR e."time" >= replay.since)
     ORDER BY e.position
@@ -600,7 +628,7 @@ DECLARE
     objects text[] := CASE privilege
         WHEN 'read' THEN ARRAY[
             'SELECT ON streams.events, streams.event_log, streams.commit_times, streams.horizon_state',
-            'EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer), streams.get(bigint),
+            'EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb), streams.get(bigint),
                  streams.horizon(), streams.wait(bigint, interval), streams.worker_pid(), streams.log_id(),
                  streams._replay_start(timestamptz, xid8), streams.stream_head(text)']
         ELSE ARRAY[
@@ -735,12 +763,15 @@ COMMENT ON SEQUENCE streams.position_seq IS 'Hands out positions; advanced only 
 COMMENT ON FUNCTION streams.get(bigint) IS 'One final event of a stream the caller may read, or null.';
 COMMENT ON FUNCTION streams._replay_check(bigint, timestamptz, xid8) IS 'Internal: at most one of after, since and from_tx.';
 COMMENT ON FUNCTION streams._replay_start(timestamptz, xid8) IS 'Internal: where a replay from a time or a transaction starts.';
-COMMENT ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer) IS 'Final events of the streams a pattern selects, in position order, from a position, time or transaction.';
+COMMENT ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb) IS 'Final events of the streams a pattern selects (''order.*.failed'': one segment per *), in position order, from a position, time or transaction; types and filter (data @> filter) keep only the matching ones.';
+COMMENT ON FUNCTION streams._stream_wildcard(text) IS 'Internal: the pattern when it has a * segment before its end.';
+COMMENT ON FUNCTION streams._check_types(text[]) IS 'Internal: a types argument, checked (22023).';
+COMMENT ON FUNCTION streams._check_filter(jsonb) IS 'Internal: a filter argument, checked: a JSON object of at most 4 kB (22023).';
 COMMENT ON FUNCTION streams._launch_worker() IS 'Internal: starts this database''s worker when CREATE EXTENSION commits.';
 COMMENT ON FUNCTION streams._require_preload() IS 'Internal: refuses to install without the server settings the extension needs.';
 COMMENT ON FUNCTION streams._stream_exact(text) IS 'Internal: the stream name when a pattern is an exact name.';
-COMMENT ON FUNCTION streams._stream_prefix_low(text) IS 'Internal: the lowest name a prefix pattern selects.';
-COMMENT ON FUNCTION streams._stream_prefix_high(text) IS 'Internal: the smallest name above every name a prefix pattern selects.';
+COMMENT ON FUNCTION streams._stream_prefix_low(text) IS 'Internal: the lowest name a prefix pattern (or a wildcard pattern''s literal prefix) selects.';
+COMMENT ON FUNCTION streams._stream_prefix_high(text) IS 'Internal: the smallest name above every name a prefix pattern (or a wildcard pattern''s literal prefix) selects.';
 COMMENT ON FUNCTION streams._replay_limit(integer) IS 'Internal: max_events, checked.';
 COMMENT ON FUNCTION streams._worker_status() IS 'Internal: the shared-memory half of streams.status.';
 COMMENT ON FUNCTION streams.worker_pid() IS 'The pid of this database''s worker: trust only notifications sent by it.';

@@ -38,6 +38,10 @@ CREATE TABLE streams.subscription_state (
     key         text,
     key_path    text[],
     on_dead_letter text NOT NULL DEFAULT 'hold' CHECK (on_dead_letter IN ('hold', 'skip')),
+    -- Filters: only events whose type is one of `types`, and whose data
+    -- contains `filter` (NULL: no such condition).
+    types       text[],
+    filter      jsonb,
     UNIQUE (name, owner)
 );
 CREATE SEQUENCE streams.subscription_ids AS integer OWNED BY streams.subscription_state.id;
@@ -149,7 +153,7 @@ SELECT pg_catalog.pg_extension_config_dump('streams.subscription_keys', '');
 -- needs access to the tables.
 CREATE FUNCTION streams._create_subscription(name text, stream text, start bigint, ordered boolean,
     key text, on_dead_letter text, max_attempts integer, backoff_min interval, backoff_max interval,
-    if_not_exists boolean) RETURNS void
+    if_not_exists boolean, types text[], filter jsonb) RETURNS void
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_create_subscription_with_retries_wrapper';
 CREATE FUNCTION streams._seek_subscription(name text, start bigint) RETURNS void
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_seek_subscription_wrapper';
@@ -159,7 +163,8 @@ CREATE FUNCTION streams._poll(subscription text, max_events integer, wait interv
 RETURNS TABLE (stream text, after bigint, count integer)
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_poll_wrapper';
 CREATE FUNCTION streams._claim(subscription text, max_events integer, wait interval, lease interval)
-RETURNS TABLE (stream text, prefix text, afters bigint[], throughs bigint[], lease bigint)
+RETURNS TABLE (stream text, prefix text, afters bigint[], throughs bigint[], lease bigint,
+               pattern text, types text[], filter jsonb)
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_claim_wrapper';
 -- No SET clause (called once per event returned): its one SQL statement
 -- runs as the extension's owner with search_path pinned in Rust
@@ -200,8 +205,10 @@ END
 $$;
 
 -- streams.create_subscription(name, stream, after, since, from_tx, ordered, key,
---     max_attempts, backoff_min, backoff_max, on_dead_letter, if_not_exists) -> void
--- A durable, named cursor over `stream` (a name, 'prefix.*' or '*'). Starts
+--     max_attempts, backoff_min, backoff_max, on_dead_letter, if_not_exists,
+--     types, filter) -> void
+-- A durable, named cursor over `stream` (a name, 'prefix.*', a pattern with
+-- '*' segments such as 'order.*.failed', or '*'). Starts
 -- after the current horizon, or after => a position (0: the beginning),
 -- since => a time, from_tx => a transaction. ordered => true: one transaction
 -- at a time polls it, in position order; false: concurrent pollers get
@@ -211,9 +218,13 @@ $$;
 -- deliveries of an event before it is parked as a dead letter (NULL: no
 -- limit); backoff_min/backoff_max: the delay before
 -- a nacked event comes again; on_dead_letter: per key, whether a dead
--- letter holds its key ('hold') or not ('skip'). 42710 if the name exists
--- (if_not_exists => true: unless it is the same pattern and ordering),
--- 42501 without the read privilege on the whole pattern.
+-- letter holds its key ('hold') or not ('skip'). types: only events of
+-- these types; filter: only events whose data contains this JSON object
+-- (data @> filter). Its other events are skipped: never polled, and passed
+-- by the acks of the events around them. 42710 if the name exists
+-- (if_not_exists => true: unless it is the same pattern, ordering and
+-- filters), 42501 without the read privilege on the whole pattern, 22023
+-- for a bad pattern or filter.
 CREATE FUNCTION streams.create_subscription(
     name          text,
     stream        text        DEFAULT '*',
@@ -226,7 +237,9 @@ CREATE FUNCTION streams.create_subscription(
     backoff_min   interval    DEFAULT '1 second',
     backoff_max   interval    DEFAULT '10 minutes',
     on_dead_letter text       DEFAULT 'hold',
-    if_not_exists boolean     DEFAULT false
+    if_not_exists boolean     DEFAULT false,
+    types         text[]      DEFAULT NULL,
+    filter        jsonb       DEFAULT NULL
 ) RETURNS void
 LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
     SELECT streams._create_subscription(
@@ -235,7 +248,7 @@ LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
                                 create_subscription.since, create_subscription.from_tx),
         create_subscription.ordered, create_subscription.key, create_subscription.on_dead_letter,
         create_subscription.max_attempts, create_subscription.backoff_min, create_subscription.backoff_max,
-        create_subscription.if_not_exists)
+        create_subscription.if_not_exists, create_subscription.types, create_subscription.filter)
 $$;
 
 -- streams.alter_subscription(name, max_attempts, backoff_min, backoff_max,
@@ -274,7 +287,9 @@ LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 
 -- returned before it. Each range is read by itself (OFFSET 0: not
 -- flattened), so that even a generic plan scans an index per range: the
 -- (stream, position) one for one stream, the positions for a prefix or
--- '*' (no wider than the claim's own scan of them).
+-- '*' (no wider than the claim's own scan of them). A range holds the
+-- claimed events and the ones between them that the subscription's
+-- wildcard pattern or filters leave out: those are tested again here.
 CREATE FUNCTION streams.poll(subscription text, max_events integer DEFAULT 100, wait interval DEFAULT '0',
                              lease interval DEFAULT NULL)
 RETURNS TABLE ("position" bigint, stream text, "time" timestamptz, tx xid8, data jsonb, type text, key text,
@@ -302,6 +317,8 @@ BEGIN
                     -- number of streams) see how narrow it is.
                     AND e.stream = claimed.stream AND e.stream >= claimed.stream
                     AND e.stream < claimed.stream OPERATOR(pg_catalog.||) pg_catalog.chr(1)
+                    AND (claimed.types IS NULL OR e.type = ANY (claimed.types))
+                    AND (claimed.filter IS NULL OR e.data OPERATOR(pg_catalog.@>) claimed.filter)
                   OFFSET 0) e
               ORDER BY e.position OFFSET 0) r
         ORDER BY r.position;
@@ -318,6 +335,9 @@ BEGIN
                   WHERE e.position > c.after AND e.position <= c.through
                     AND (claimed.prefix IS NULL
                          OR pg_catalog.substr(e.stream, 1, pg_catalog.length(claimed.prefix)) = claimed.prefix)
+                    AND (claimed.pattern IS NULL OR streams._stream_matches(e.stream, ARRAY[claimed.pattern]))
+                    AND (claimed.types IS NULL OR e.type = ANY (claimed.types))
+                    AND (claimed.filter IS NULL OR e.data OPERATOR(pg_catalog.@>) claimed.filter)
                   OFFSET 0) e
               ORDER BY e.position OFFSET 0) r
         ORDER BY r.position;
@@ -406,7 +426,9 @@ SELECT s.name, s.stream, s.ordered, s.owner,
        coalesce(failures.parked, 0) AS parked,
        failures.oldest_parked,
        failures.next_retry_at,
-       s.key
+       s.key,
+       s.types,
+       s.filter
 FROM streams.subscription_state s
 CROSS JOIN LATERAL (SELECT coalesce((SELECT hs.horizon FROM streams.horizon_state hs ORDER BY hs.horizon DESC LIMIT 1), 0) AS horizon) h
 LEFT JOIN LATERAL (
@@ -420,6 +442,10 @@ LEFT JOIN LATERAL (
       AND (streams._stream_exact(s.stream) IS NULL OR e.stream = streams._stream_exact(s.stream))
       AND (streams._stream_prefix_low(s.stream) IS NULL
            OR (e.stream >= streams._stream_prefix_low(s.stream) AND e.stream < streams._stream_prefix_high(s.stream)))
+      AND (streams._stream_wildcard(s.stream) IS NULL
+           OR streams._stream_matches(e.stream, ARRAY[streams._stream_wildcard(s.stream)]))
+      AND (s.types IS NULL OR e.type = ANY (s.types))
+      AND (s.filter IS NULL OR e.data OPERATOR(pg_catalog.@>) s.filter)
       AND NOT EXISTS (SELECT FROM streams.subscription_progress p
                       WHERE p.subscription = s.id AND p.chunk = streams._chunk(e.position) AND p.done_through >= e.position)
       AND NOT EXISTS (SELECT FROM streams.subscription_keys k
@@ -434,6 +460,10 @@ LEFT JOIN LATERAL (
       AND (streams._stream_exact(s.stream) IS NULL OR e.stream = streams._stream_exact(s.stream))
       AND (streams._stream_prefix_low(s.stream) IS NULL
            OR (e.stream >= streams._stream_prefix_low(s.stream) AND e.stream < streams._stream_prefix_high(s.stream)))
+      AND (streams._stream_wildcard(s.stream) IS NULL
+           OR streams._stream_matches(e.stream, ARRAY[streams._stream_wildcard(s.stream)]))
+      AND (s.types IS NULL OR e.type = ANY (s.types))
+      AND (s.filter IS NULL OR e.data OPERATOR(pg_catalog.@>) s.filter)
       AND NOT EXISTS (SELECT FROM streams.subscription_progress p
                       WHERE p.subscription = s.id AND p.chunk = streams._chunk(e.position) AND p.done_through >= e.position)
       AND NOT EXISTS (SELECT FROM streams.subscription_keys k
@@ -471,20 +501,22 @@ COMMENT ON TABLE streams.subscription_state IS 'Subscriptions: name, stream patt
 COMMENT ON COLUMN streams.subscription_state.position IS 'Every event of the subscription at or below this position is processed (unordered: plus the progress rows above it).';
 COMMENT ON TABLE streams.subscription_progress IS 'Unordered subscriptions: the processed prefix of each chunk of 1024 positions above the position.';
 COMMENT ON SEQUENCE streams.subscription_ids IS 'Ids of subscriptions (keys of their claim locks).';
-COMMENT ON FUNCTION streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean) IS 'Internal: create_subscription once the start position is known.';
+COMMENT ON FUNCTION streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean, text[], jsonb) IS 'Internal: create_subscription once the start position is known.';
 COMMENT ON FUNCTION streams._seek_subscription(text, bigint) IS 'Internal: seek once the position is known.';
 COMMENT ON FUNCTION streams._poll(text, integer, interval) IS 'Internal: streams._claim without the attempts (the 0.2.0 form, for polls compiled before an update).';
-COMMENT ON FUNCTION streams._claim(text, integer, interval, interval) IS 'Internal: claim the next events of a subscription: its stream (or prefix) and the ranges of positions holding them.';
+COMMENT ON FUNCTION streams._claim(text, integer, interval, interval) IS 'Internal: claim the next events of a subscription: its stream (or prefix and pattern), its filters and the ranges of positions holding them.';
 COMMENT ON FUNCTION streams._attempt(bigint) IS 'Internal: the delivery attempt of an event this backend''s last poll claimed, once the worker wrote the delivery down.';
 COMMENT ON FUNCTION streams._chunk(bigint) IS 'Internal: the chunk (1024 positions) of an unordered subscription a position falls in.';
 COMMENT ON FUNCTION streams._claims() IS 'Internal: the events open transactions of this database claimed, per subscription and pid.';
 COMMENT ON FUNCTION streams._start_position(text, bigint, timestamptz, xid8) IS 'Internal: where a subscription starts or seeks to.';
-COMMENT ON FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean) IS 'Create a durable, named subscription to a stream, ''prefix.*'' or ''*''; ordered in one sequence, per key, or not; max_attempts and backoff for failing events.';
+COMMENT ON FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean, text[], jsonb) IS 'Create a durable, named subscription to a stream, ''prefix.*'', ''order.*.failed'' or ''*''; ordered in one sequence, per key, or not; max_attempts and backoff for failing events; types and filter (data @> filter) keep only the matching events.';
 COMMENT ON TABLE streams.subscription_keys IS 'Subscriptions ordered per key: the last processed event of each key above the position.';
 COMMENT ON FUNCTION streams._event_key(text[], text, jsonb, text) IS 'Internal: an event''s key for a subscription ordered per key.';
 COMMENT ON FUNCTION streams._bounded_key(text) IS 'Internal: a key up to 200 bytes, else its SHA-256 digest.';
 COMMENT ON COLUMN streams.subscription_state.key IS 'Ordered per key: the key as given (a path into data, or ''$stream''); NULL otherwise.';
 COMMENT ON COLUMN streams.subscription_state.on_dead_letter IS 'Ordered per key: whether a dead letter holds its key''s later events (hold) or not (skip).';
+COMMENT ON COLUMN streams.subscription_state.types IS 'Only events whose type is one of these (NULL: every type).';
+COMMENT ON COLUMN streams.subscription_state.filter IS 'Only events whose data contains this JSON object, data @> filter (NULL: all).';
 COMMENT ON FUNCTION streams.alter_subscription(text, integer, interval, interval, boolean) IS 'Change a subscription''s max_attempts and backoff.';
 COMMENT ON FUNCTION streams.nack(text, bigint, interval, text, bigint) IS 'An event failed: deliver it again after retry_after (or the backoff), or park it at its last attempt.';
 COMMENT ON FUNCTION streams.ack(text, bigint, bigint) IS 'Mark a live lease''s events, up to a position, as processed (any session).';

@@ -9,6 +9,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::{function_name, PgLogLevel, PgSqlErrorCode};
 use std::fmt;
 
+use litebase_streams_core::filters::FilterError;
 use litebase_streams_core::names::{NameError, STREAM_NAME_RULE};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +100,8 @@ pub enum StreamsError {
     BackoffOrder,
     /// A type, key, headers or idempotency key that breaks the envelope's rules.
     InvalidEnvelope { argument: &'static str, reason: String },
+    /// A `types` or `filter` argument that breaks the filters' rules.
+    InvalidFilter { argument: &'static str, reason: String },
     /// An idempotency key remembered for other events than the ones asked.
     IdempotencyKeyReused { stream: String, key: String, position: i64 },
     /// publish(expected_prev => p) found the stream's newest event elsewhere.
@@ -376,6 +379,12 @@ impl StreamsError {
             StreamsError::InvalidEnvelope { argument, reason } => {
                 described(ERRCODE_INVALID_PARAMETER_VALUE, format!("invalid {argument}: {reason}"))
             }
+            StreamsError::InvalidFilter { argument, reason } => {
+                described(ERRCODE_INVALID_PARAMETER_VALUE, format!("invalid {argument}: {reason}")).hint(
+                    "types => ARRAY['order.failed', ...] keeps events of those types; filter => '{\"status\": \"failed\"}' \
+                     keeps events whose data contains that object (data @> filter).",
+                )
+            }
             StreamsError::IdempotencyKeyReused { stream, key, position } => described(
                 ERRCODE_UNIQUE_VIOLATION,
                 format!("idempotency key \"{}\" of stream \"{stream}\" was used for another event", key.escape_default()),
@@ -528,6 +537,12 @@ pub trait OrRaise<T> {
 impl<T, E: Into<StreamsError>> OrRaise<T> for Result<T, E> {
     fn or_raise(self) -> T {
         self.unwrap_or_else(|e| e.into().raise())
+    }
+}
+
+impl From<FilterError> for StreamsError {
+    fn from(FilterError { argument, reason }: FilterError) -> StreamsError {
+        StreamsError::InvalidFilter { argument, reason }
     }
 }
 

@@ -207,7 +207,7 @@ fn security_definer_functions_pin_search_path_and_are_not_public() {
         "streams._refuse_change()",                  // trigger: raises, runs no SQL
         "streams._stream_matches_support(internal)", // planner support: no SQL
         "streams.get(bigint)",                       // runs as the caller, inlined into its query
-        "streams.replay(text,bigint,timestamp with time zone,xid8,integer)", // as the caller, inlined
+        "streams.replay(text,bigint,timestamp with time zone,xid8,integer,text[],jsonb)", // as the caller, inlined
         "streams.publish(text,jsonb,text,text,jsonb,text,bigint)", // kept plans pinned in Rust (kept_plan.rs)
         "streams._publish_batch(text,jsonb[],text,text,jsonb,text,bigint)", // same
         "streams._last_publish_duplicate()",         // a backend flag, runs no SQL

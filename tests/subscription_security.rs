@@ -36,7 +36,7 @@ fn a_subscription_needs_read_on_every_stream_of_its_pattern() {
     fails_with(&mut o, "SELECT streams.create_subscription('o_all', '*')", "42501");
     fails_with(
         &mut o,
-        "SELECT streams._create_subscription('o_direct', 'payment.*', 0, true, NULL, 'hold', NULL, '1 second', '10 minutes', false)",
+        "SELECT streams._create_subscription('o_direct', 'payment.*', 0, true, NULL, 'hold', NULL, '1 second', '10 minutes', false, NULL, NULL)",
         "42501",
     );
     o.batch_execute("SELECT streams.create_subscription('o_orders', 'orders')").unwrap();

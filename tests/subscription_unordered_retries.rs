@@ -355,7 +355,11 @@ fn generic_read_buffers(
         .replace("claimed.prefix", "$2::text")
         .replace("claimed.afters", "$3::bigint[]")
         .replace("claimed.throughs", "$4::bigint[]")
-        .replace("claimed.lease", "NULL::bigint");
+        .replace("claimed.lease", "NULL::bigint")
+        // No wildcard and no filters: the plain reads.
+        .replace("claimed.pattern", "NULL::text")
+        .replace("claimed.types", "NULL::text[]")
+        .replace("claimed.filter", "NULL::jsonb");
     c.batch_execute(&format!("SET plan_cache_mode = force_generic_plan; DEALLOCATE ALL; PREPARE poll_read(text, text, bigint[], bigint[]) AS {read}"))
         .unwrap();
     let text_or_null = |v: Option<&str>| v.map_or("NULL".to_owned(), |v| format!("'{v}'"));

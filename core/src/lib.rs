@@ -5,6 +5,7 @@
 //! * [`names`]: stream names and patterns (the naming rule);
 //! * [`payload`]: notification payloads (compact JSON, truncation);
 //! * [`envelope`]: the limits of an event's type, key and headers;
+//! * [`filters`]: event filters by type and data containment;
 //! * [`horizon`]: the no-missed-event invariant and the horizon arithmetic;
 //! * [`backoff`]: the workers' retry schedules;
 //! * [`hosts`]: the address policy of webhook URLs;
@@ -13,6 +14,7 @@
 
 pub mod backoff;
 pub mod envelope;
+pub mod filters;
 pub mod horizon;
 pub mod hosts;
 pub mod keys;

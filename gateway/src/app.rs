@@ -39,6 +39,10 @@ pub struct EventsQuery {
     pub from_tx: Option<String>,
     pub max_events: Option<String>,
     pub access_token: Option<String>,
+    /// Only events of these types: `types=order.failed,order.paid`.
+    pub types: Option<String>,
+    /// Only events whose data contains this JSON object (URL-encoded).
+    pub filter: Option<String>,
 }
 
 /// Counts an SSE or WebSocket connection while it lives.

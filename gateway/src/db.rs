@@ -72,6 +72,7 @@ pub struct Publish<'a> {
 struct PageAsk<'a> {
     pattern: &'a str,
     start: &'a Start,
+    filter: &'a litebase_streams_core::filters::EventFilter,
     limit: i32,
     max_bytes: usize,
 }
@@ -84,7 +85,8 @@ const REPLAY: &str = r#"SELECT e.position, e.stream,
        coalesce(pg_catalog.to_char(e."time" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), ''),
        e.tx::text::bigint, e.data::text, e.type, e.key, e.headers::text
 FROM streams.replay(stream => $1, after => $2, since => $3::text::timestamptz,
-                    from_tx => $4::text::xid8, max_events => $5) e"#;
+                    from_tx => $4::text::xid8, max_events => $5,
+                    types => $6::text[], filter => $7::text::jsonb) e"#;
 
 /// [`REPLAY`] for a database not yet updated to 0.3.0, whose events have
 /// no envelope.
@@ -94,8 +96,10 @@ const REPLAY_V0_2: &str = r#"SELECT e.position, e.stream,
 FROM streams.replay(stream => $1, after => $2, since => $3::text::timestamptz,
                     from_tx => $4::text::xid8, max_events => $5) e"#;
 
-/// SQLSTATE undefined_column: [`REPLAY`] on a database before 0.3.0.
+/// SQLSTATE undefined_column and undefined_function: [`REPLAY`] on a
+/// database before 0.3.0 (no envelope columns, no replay filters).
 const UNDEFINED_COLUMN: &str = "42703";
+const UNDEFINED_FUNCTION: &str = "42883";
 
 /// How long the gateway keeps using [`REPLAY_V0_2`] after a database
 /// without the envelope's columns refused [`REPLAY`], before it tries
@@ -162,27 +166,30 @@ impl Db {
         self.primary.status().size + self.replica.as_ref().map_or(0, |p| p.status().size)
     }
 
-    /// One replay page as `role` of at most `limit` events and about
+    /// One replay page as `role` of the events `filter` keeps, at most `limit` events and about
     /// `max_bytes` bytes (each event counted by its SSE frame): it stops once
     /// the events read reach `max_bytes`, so one event larger than that comes
     /// alone. The rows come through a portal in small chunks sized by the
     /// bytes still allowed, so no more than a chunk's rows are held beyond the
     /// page itself.
     ///
-    /// A database not yet updated to 0.3.0 refuses the envelope's columns:
-    /// its pages are read without them, and the envelope asked for again
+    /// A database not yet updated to 0.3.0 refuses the envelope's columns
+    /// (and replay's filters): its pages are read without them (a filtered
+    /// page is refused there: 400), and the new form asked for again
     /// [`OLD_SCHEMA_RECHECK_SECS`] later.
+    #[allow(clippy::too_many_arguments)] // replay's own arguments, each one a caller sets
     pub async fn replay_page_bytes(
         &self,
         server: Server,
         role: &str,
         pattern: &str,
         start: &Start,
+        filter: &litebase_streams_core::filters::EventFilter,
         limit: i32,
         max_bytes: usize,
     ) -> Result<Page, ApiError> {
         let timer = Instant::now();
-        let ask = PageAsk { pattern, start, limit, max_bytes };
+        let ask = PageAsk { pattern, start, filter, limit, max_bytes };
         let now = unix_secs();
         let old_schema_at = self.old_schema_at.load(Ordering::Relaxed);
         let statement = match old_schema_at != 0 && now < old_schema_at + OLD_SCHEMA_RECHECK_SECS {
@@ -190,7 +197,7 @@ impl Db {
             false => REPLAY,
         };
         let page = match self.read_page(server, role, statement, &ask).await {
-            Err(e) if statement == REPLAY && e.sqlstate() == Some(UNDEFINED_COLUMN) => {
+            Err(e) if statement == REPLAY && matches!(e.sqlstate(), Some(UNDEFINED_COLUMN | UNDEFINED_FUNCTION)) => {
                 self.old_schema_at.store(now.max(1), Ordering::Relaxed);
                 self.read_page(server, role, REPLAY_V0_2, &ask).await
             }
@@ -223,7 +230,14 @@ impl Db {
             Start::FromTx(x) => (None, None, Some(x.as_str())),
         };
         let stmt = tx.prepare_cached(statement).await?;
-        let portal = tx.bind(&stmt, &[&ask.pattern, &after, &since, &from_tx, &ask.limit]).await?;
+        let portal = if statement == REPLAY {
+            tx.bind(&stmt, &[&ask.pattern, &after, &since, &from_tx, &ask.limit, &ask.filter.types, &ask.filter.data])
+                .await?
+        } else if ask.filter.is_empty() {
+            tx.bind(&stmt, &[&ask.pattern, &after, &since, &from_tx, &ask.limit]).await?
+        } else {
+            return Err(ApiError::bad_request("types and filter need litebase_streams 0.3.0 in the database"));
+        };
         let (limit, max_bytes) = (ask.limit.max(0) as usize, ask.max_bytes);
         let mut events: Vec<Arc<Event>> = Vec::new();
         let mut bytes = 0usize;
@@ -268,18 +282,25 @@ impl Db {
         let tx = begin(&mut client, role, true).await?;
         let (low, high) = match selector {
             Selector::Exact(name) => (name.clone(), format!("{name}\u{1}")),
-            Selector::Prefix(prefix) => {
+            Selector::Prefix(prefix) | Selector::Wildcard { prefix, .. } if !prefix.is_empty() => {
                 let mut high = prefix.clone().into_bytes();
                 *high.last_mut().expect("a prefix is not empty") += 1;
                 (prefix.clone(), String::from_utf8(high).expect("names are ASCII"))
             }
             // Every name starts with a letter, digit or '_', all below '~'.
-            Selector::All => (String::new(), "~".to_owned()),
+            _ => (String::new(), "~".to_owned()),
         };
         let horizon_stmt = tx.prepare_cached(HORIZON).await?;
         let horizon: i64 = tx.query_one(&horizon_stmt, &[]).await?.get(0);
         let stmt = tx.prepare_cached(STREAM_NAMES).await?;
-        let names = tx.query(&stmt, &[&low, &high]).await?.iter().map(|r| r.get(0)).collect();
+        // A wildcard's names are those of its literal prefix that match it.
+        let names = tx
+            .query(&stmt, &[&low, &high])
+            .await?
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .filter(|name| selector.matches(name))
+            .collect();
         tx.commit().await?;
         metrics::query_seconds("stream_names", timer);
         Ok((names, horizon))

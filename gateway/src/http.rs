@@ -77,14 +77,15 @@ async fn events(
     let role = &identity.role;
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
     let start = start_of(last_event_id, q.after.as_deref(), q.since.as_deref(), q.from_tx.as_deref())?;
+    let filter = pattern::parse_filter(q.types.as_deref(), q.filter.as_deref()).map_err(ApiError::invalid_parameter)?;
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !accept.contains("text/event-stream") {
-        return page(&app, role, &pattern, &start, q.max_events.as_deref()).await;
+        return page(&app, role, &pattern, &start, &filter, q.max_events.as_deref()).await;
     }
     let opened = match ConnGuard::new(&app, false) {
         Ok(guard) => {
             let kill = kill.map(|k| k.0 .0.clone()).unwrap_or_default();
-            Subscription::open(&app.hub, role, &pattern, start, kill).await.map(|sub| (sub, guard))
+            Subscription::open(&app.hub, role, &pattern, filter, start, kill).await.map(|sub| (sub, guard))
         }
         Err(e) => Err(e),
     };
@@ -162,6 +163,7 @@ async fn page(
     role: &str,
     pattern: &str,
     start: &Start,
+    filter: &litebase_streams_core::filters::EventFilter,
     max_events: Option<&str>,
 ) -> Result<Response, ApiError> {
     let cfg = &app.hub.cfg;
@@ -178,7 +180,7 @@ async fn page(
     // little past it); the cut here keeps the body within --max-page-bytes
     // unless its first event alone is larger.
     let max_bytes = cfg.limits.max_page_bytes;
-    let page = app.hub.db.replay_page_bytes(Server::Reader, role, pattern, start, limit, max_bytes).await?;
+    let page = app.hub.db.replay_page_bytes(Server::Reader, role, pattern, start, filter, limit, max_bytes).await?;
     let mut len = 2;
     let mut count = 0;
     for event in &page.events {

@@ -80,7 +80,7 @@ impl Topics {
 
     /// Remove `topic` if it is still the one under its key.
     fn remove(&mut self, topic: &Arc<Topic>) {
-        let key = (topic.role.clone(), topic.pattern.clone());
+        let key = (topic.role.clone(), topic.key.clone());
         if !self.by_key.get(&key).is_some_and(|t| Arc::ptr_eq(t, topic)) {
             return;
         }
@@ -153,12 +153,13 @@ impl Hub {
         role: &str,
         pattern: &str,
         selector: &Selector,
+        filter: &litebase_streams_core::filters::EventFilter,
         slot: Slot,
     ) -> Result<(Arc<Topic>, i64), ApiError> {
         loop {
             let topic = {
                 let mut topics = self.topics.lock().unwrap();
-                let key = (role.to_owned(), pattern.to_owned());
+                let key = (role.to_owned(), crate::pattern::topic_key(pattern, filter));
                 match topics.by_key.get(&key) {
                     Some(topic) => topic.clone(),
                     None => {
@@ -166,7 +167,7 @@ impl Hub {
                             metrics::get().topic_limit_refusals.increment(1);
                             return Err(refusal);
                         }
-                        let topic = Arc::new(Topic::new(role, pattern, selector.clone()));
+                        let topic = Arc::new(Topic::new(role, pattern, selector.clone(), filter.clone()));
                         topics.insert(key, topic.clone());
                         topic
                     }
@@ -230,7 +231,7 @@ impl Hub {
             let mut st = topic.state.lock().unwrap();
             if !verified {
                 st.force_replay = true;
-            } else if !matches!(topic.selector, Selector::Exact(_)) {
+            } else if !matches!(topic.selector, Selector::Exact(_)) || !topic.filter.is_empty() {
                 st.replay_due = true;
             } else if st.inbox_bytes + note.payload.len() > INBOX_BYTES {
                 st.inbox.clear();
@@ -317,7 +318,8 @@ mod tests {
             if let Some(refusal) = topics.refusal(role, &cfg) {
                 return Err(refusal);
             }
-            let topic = Arc::new(Topic::new(role, pattern, crate::pattern::parse(pattern).unwrap()));
+            let topic =
+                Arc::new(Topic::new(role, pattern, crate::pattern::parse(pattern).unwrap(), Default::default()));
             topics.insert((role.into(), pattern.into()), topic.clone());
             Ok(topic)
         };

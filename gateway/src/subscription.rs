@@ -49,13 +49,14 @@ impl Subscription {
         hub: &Arc<Hub>,
         role: &str,
         pattern: &str,
+        filter: litebase_streams_core::filters::EventFilter,
         start: Start,
         kill: Arc<Notify>,
     ) -> Result<Subscription, ApiError> {
         let selector = pattern::parse(pattern).map_err(ApiError::invalid_parameter)?;
         check_read(hub, role, pattern, &selector).await?;
         let (slot, rx) = hub.slot(kill);
-        let (topic, tail) = hub.register(role, pattern, &selector, slot.clone()).await?;
+        let (topic, tail) = hub.register(role, pattern, &selector, &filter, slot.clone()).await?;
         let last = match start {
             Start::After(p) => p,
             _ => 0,
@@ -130,6 +131,7 @@ impl Subscription {
                 &self.topic.role,
                 &self.topic.pattern,
                 &self.start,
+                &self.topic.filter,
                 self.hub.cfg.page_size,
                 budget,
             )

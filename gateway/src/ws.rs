@@ -1,6 +1,7 @@
 //! `GET /v1/ws`: subscriptions over one WebSocket.
 //!
-//! Client → server: `{"type":"subscribe","stream":"payment.*","after":41}`
+//! Client → server: `{"type":"subscribe","stream":"payment.*","after":41}` (optionally with
+//! `"types":["payment.failed"]` and `"filter":{"currency":"EUR"}`: only the events they keep)
 //! (or `since`, `from_tx`; none: from the beginning) and
 //! `{"type":"unsubscribe","stream":"payment.*"}`.
 //! Server → client: `{"type":"subscribed","stream":…}`,
@@ -48,6 +49,10 @@ struct Request {
     after: Option<serde_json::Value>,
     since: Option<String>,
     from_tx: Option<serde_json::Value>,
+    /// Only events of these types.
+    types: Option<Vec<String>>,
+    /// Only events whose data contains this JSON object.
+    filter: Option<serde_json::Value>,
 }
 
 pub async fn upgrade(
@@ -186,8 +191,18 @@ fn handle(
                     return;
                 }
             };
+            let types = request.types.as_ref().map(|t| t.join(","));
+            let filter_text = request.filter.as_ref().map(|f| f.to_string());
+            let filter = match crate::pattern::parse_filter(types.as_deref(), filter_text.as_deref()) {
+                Ok(f) => f,
+                Err(e) => {
+                    let _ = out.try_send(error(Some(&stream), &ApiError::invalid_parameter(e)));
+                    return;
+                }
+            };
+            let hub = app.hub.clone();
             let task =
-                tokio::spawn(run(app.hub.clone(), role.to_owned(), stream.clone(), start, out.clone(), kill.clone()));
+                tokio::spawn(run(hub, role.to_owned(), stream.clone(), filter, start, out.clone(), kill.clone()));
             subscriptions.insert(stream, task);
         }
         "unsubscribe" => match subscriptions.remove(&stream) {
@@ -219,11 +234,12 @@ async fn run(
     hub: Arc<crate::hub::Hub>,
     role: String,
     pattern: String,
+    filter: litebase_streams_core::filters::EventFilter,
     start: crate::db::Start,
     out: mpsc::Sender<Message>,
     kill: Arc<Notify>,
 ) {
-    let mut sub = match Subscription::open(&hub, &role, &pattern, start, kill).await {
+    let mut sub = match Subscription::open(&hub, &role, &pattern, filter, start, kill).await {
         Ok(sub) => sub,
         Err(e) => {
             let _ = out.send(error(Some(&pattern), &e)).await;

@@ -155,15 +155,7 @@ fn ask_may_read_all(pattern: &str) -> bool {
         ))
     });
     let (all, grants) = answer.context("checking read privileges");
-    all || grants.iter().any(|grant| pattern_covers(grant, pattern))
-}
-
-/// Whether every stream `pattern` selects is selected by `grant`.
-fn pattern_covers(grant: &str, pattern: &str) -> bool {
-    match pattern.strip_suffix('*') {
-        None => litebase_streams_core::names::pattern_matches(grant, pattern),
-        Some(prefix) => grant.strip_suffix('*').is_some_and(|granted| prefix.starts_with(granted)),
-    }
+    all || grants.iter().any(|grant| litebase_streams_core::names::pattern_covers(grant, pattern))
 }
 
 /// Run `body` as `owner` (the extension's owner), the way a SECURITY DEFINER
@@ -225,28 +217,9 @@ pub unsafe extern "C-unwind" fn litebase_streams_matches_support(fcinfo: pg_sys:
 crate::ffi::function_info_v1!(pg_finfo_litebase_streams_matches_support);
 
 /// `streams._stream_matches(stream, patterns)`: whether `stream` is selected
-/// by any of `patterns` (exact names, `prefix.*`, `*`). Used by the
+/// by any of `patterns` (exact names, `prefix.*`, `*`, `order.*.failed`). Used by the
 /// `streams.events` view and `streams._may_publish`.
 #[pg_extern(immutable, strict, parallel_safe)]
 pub(crate) fn _stream_matches(stream: &str, patterns: pgrx::Array<&str>) -> bool {
     patterns.iter().flatten().any(|pattern| litebase_streams_core::names::pattern_matches(pattern, stream))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::pattern_covers;
-
-    #[test]
-    fn a_grant_covers_the_patterns_inside_it() {
-        assert!(pattern_covers("*", "*"));
-        assert!(pattern_covers("*", "payment.*"));
-        assert!(pattern_covers("payment.*", "payment.*"));
-        assert!(pattern_covers("payment.*", "payment.eu.*"));
-        assert!(pattern_covers("payment.*", "payment.success"));
-        assert!(pattern_covers("payment.success", "payment.success"));
-        assert!(!pattern_covers("payment.success", "payment.*"));
-        assert!(!pattern_covers("payment.eu.*", "payment.*"));
-        assert!(!pattern_covers("payment.*", "*"));
-        assert!(!pattern_covers("orders", "orders.*"));
-    }
 }

@@ -261,16 +261,16 @@ impl Request {
             }
         }
         if count == 0 {
-            return Written { positions: Vec::new(), duplicate: false }; // an empty batch: nothing to remember
+            // An empty batch publishes nothing, so there is nothing to
+            // remember: a key remembered with no positions would read as
+            // forgotten, and its retry would fail as a key used for another event.
+            return Written { positions: Vec::new(), duplicate: false };
         }
         // The positions first, then the key: a fresh publish (the common
         // case) costs one statement; a repeat wastes the positions it took
         // (gaps, as a rollback leaves).
         let positions: Vec<i64> = (0..count).map(|_| next_position(sequence)).collect();
-        // An empty batch publishes nothing, so there is nothing to remember:
-        // a key remembered with no positions would read as forgotten, and
-        // its retry would fail as a key used for another event.
-        if let Some(key) = self.idempotency_key.filter(|_| count > 0) {
+        if let Some(key) = self.idempotency_key {
             if let Some(original) = idempotency::remember(owner, stream_datum, key, &positions) {
                 return duplicate(original);
             }

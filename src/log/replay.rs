@@ -3,11 +3,16 @@
 //! helpers turn its arguments into constants at plan time, so that a call with
 //! literal arguments plans like the hand-written range query on
 //! `streams.events` (an exact stream uses the (stream, position) index, a
-//! pattern becomes a range on it) and bad arguments fail before anything runs.
+//! pattern becomes a range on it, a wildcard pattern such as
+//! `order.*.failed` the range of its literal prefix and a match) and bad
+//! arguments fail before anything runs. The filters (`types`, `filter`) are
+//! checked here too, and stay plain conditions on the rows the caller's
+//! row-level security lets through.
 
 use pgrx::prelude::*;
 
 use crate::error::{OrRaise, StreamsError};
+use litebase_streams_core::filters::{validate_filter, validate_types};
 use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
 
 fn selector(pattern: Option<&str>) -> StreamSelector {
@@ -23,22 +28,43 @@ pub(crate) fn _stream_exact(pattern: Option<&str>) -> Option<String> {
     }
 }
 
-/// The lowest name matched by a prefix pattern (`payment.*` → `payment.`), else null.
+/// The lowest name matched by a prefix pattern (`payment.*` → `payment.`)
+/// or by a wildcard pattern's literal prefix (`order.*.failed` → `order.`),
+/// else null.
 #[pg_extern(immutable, parallel_safe)]
 pub(crate) fn _stream_prefix_low(pattern: Option<&str>) -> Option<String> {
+    selector(pattern).prefix_range().map(|(low, _)| low.to_owned())
+}
+
+/// The smallest name above every name a prefix pattern (or a wildcard
+/// pattern's literal prefix) matches, else null.
+#[pg_extern(immutable, parallel_safe)]
+pub(crate) fn _stream_prefix_high(pattern: Option<&str>) -> Option<String> {
+    selector(pattern).prefix_range().map(|(_, high)| high.to_owned())
+}
+
+/// The pattern when it has a `*` segment before its end (`order.*.failed`:
+/// the names in its prefix range must still match it), else null.
+#[pg_extern(sql = false, immutable, parallel_safe)]
+pub(crate) fn _stream_wildcard(pattern: Option<&str>) -> Option<String> {
     match selector(pattern) {
-        StreamSelector::Prefix { prefix, .. } => Some(prefix),
+        StreamSelector::Wildcard { pattern, .. } => Some(pattern),
         _ => None,
     }
 }
 
-/// The smallest name above every name a prefix pattern matches, else null.
-#[pg_extern(immutable, parallel_safe)]
-pub(crate) fn _stream_prefix_high(pattern: Option<&str>) -> Option<String> {
-    match selector(pattern) {
-        StreamSelector::Prefix { upper, .. } => Some(upper),
-        _ => None,
-    }
+/// `types`, checked: 1 to 100 non-empty types (22023).
+#[pg_extern(sql = false, immutable, strict, parallel_safe)]
+pub(crate) fn _check_types(types: Vec<Option<String>>) -> Vec<Option<String>> {
+    validate_types(&types).or_raise();
+    types
+}
+
+/// `filter`, checked: a JSON object of at most 4 kB (22023).
+#[pg_extern(sql = false, immutable, strict, parallel_safe)]
+pub(crate) fn _check_filter(filter: pgrx::JsonB) -> pgrx::JsonB {
+    validate_filter(&filter.0).or_raise();
+    filter
 }
 
 /// `max_events`, checked: not null (22004), not negative (22023).

@@ -60,7 +60,7 @@ fn window(
     upto: i64,
     limit: i64,
 ) -> SpiResult<Vec<(i64, String)>> {
-    let (filter, values) = sub.selector.sql_condition("e.stream", 6);
+    let (filter, values) = sub.events_condition(6);
     // In position order from `after` (the position, read just before: a
     // fold committed in between only makes some events look unprocessed,
     // and a poll checks each key's first one again after locking it), so

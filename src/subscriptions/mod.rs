@@ -57,6 +57,7 @@ use pgrx::spi::SpiClient;
 use crate::error::{OrRaise, SpiContext, StreamsError};
 use crate::{log::privileges, log::publish};
 use claims::Key;
+use litebase_streams_core::filters::EventFilter;
 use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
 use poll::{fold_finished_chunks, poll_ordered, poll_unordered, Polled};
 use reads::with_latest_snapshot;
@@ -74,6 +75,9 @@ pub(crate) struct Subscription {
     pub name: String,
     pub stream: String,
     selector: StreamSelector,
+    /// Only events of these types, whose data contains this (both checked
+    /// at creation).
+    filter: EventFilter,
     ordered: bool,
     owner: pg_sys::Oid,
     /// It belongs to a webhook: only the webhook worker consumes it.
@@ -86,6 +90,20 @@ pub(crate) struct Subscription {
     max_attempts: Option<i32>,
     backoff_min_us: i64,
     backoff_max_us: i64,
+}
+
+impl Subscription {
+    /// The SQL conditions on `e` (the log) selecting the subscription's
+    /// events: its pattern and its filters, with the values as text
+    /// parameters from `$n` on.
+    pub(super) fn events_condition(&self, n: usize) -> (String, Vec<String>) {
+        let (mut sql, values) = self.selector.sql_condition("e.stream", n);
+        let mut values: Vec<String> = values.into_iter().map(str::to_owned).collect();
+        let (filter, filter_values) = self.filter.sql_condition("e", n + values.len());
+        sql.push_str(&filter);
+        values.extend(filter_values);
+        (sql, values)
+    }
 }
 
 /// Whether the database's schema counts attempts (0.3.0; a database still
@@ -218,7 +236,10 @@ fn _poll(
 
 /// `streams._claim(subscription, max_events, wait, lease)`: claim the next
 /// events, in one row: the subscription's stream (a pattern of one) or
-/// prefix (`prefix.*`; both NULL for `*`) and the `(after, through]`
+/// prefix (`prefix.*`; both NULL for `*`; for a wildcard pattern its
+/// literal prefix, and the pattern, which the names must match), its
+/// filters (types, filter: the ranges hold events that do not pass
+/// them, which the poll leaves out) and the `(after, through]`
 /// ranges of positions holding its events, in order, their delivery on its
 /// way to being written down (`streams._attempt` waits for it); with
 /// `lease`, claimed for that long under the lease id returned, and written
@@ -239,19 +260,29 @@ fn _claim(
         name!(afters, Vec<i64>),
         name!(throughs, Vec<i64>),
         name!(lease, Option<i64>),
+        name!(pattern, Option<String>),
+        name!(types, Option<Vec<String>>),
+        name!(filter, Option<pgrx::JsonB>),
     ),
 > {
     let lease = lease.map(|l| leases::duration(&l));
     let (subscription, mut claimed, lease) = claim(subscription, max_events, wait, true, lease);
-    let (stream, prefix) = match subscription.selector {
-        StreamSelector::Exact(name) => (Some(name), None),
-        StreamSelector::Prefix { prefix, .. } => (None, Some(prefix)),
-        StreamSelector::All => (None, None),
+    let (stream, prefix, pattern) = match subscription.selector {
+        StreamSelector::Exact(name) => (Some(name), None, None),
+        StreamSelector::Prefix { prefix, .. } => (None, Some(prefix), None),
+        StreamSelector::Wildcard { prefix, pattern, .. } => {
+            (None, Some(prefix).filter(|p| !p.is_empty()), Some(pattern))
+        }
+        StreamSelector::All => (None, None, None),
     };
     claimed.sort_unstable();
     let afters = claimed.iter().map(|&(after, _, _)| after).collect();
     let throughs = claimed.iter().map(|&(_, _, through)| through).collect();
-    TableIterator::once((stream, prefix, afters, throughs, lease))
+    let EventFilter { types, data } = subscription.filter;
+    // PostgreSQL's own text of a jsonb: it parses (were it not to, JSON null
+    // would keep no event rather than every one).
+    let filter = data.map(|data| pgrx::JsonB(serde_json::from_str(&data).unwrap_or(serde_json::Value::Null)));
+    TableIterator::once((stream, prefix, afters, throughs, lease, pattern, types, filter))
 }
 
 /// Claim the next events: the subscription, the `(after, count, through]`
@@ -472,6 +503,7 @@ pub(crate) fn find(name: &str) -> Option<Subscription> {
         name: name.to_owned(),
         stream: first.stream.clone(),
         selector,
+        filter: first.filter.clone(),
         ordered: first.ordered,
         owner: first.owner,
         webhook: first.webhook,
@@ -497,6 +529,7 @@ struct Named {
     max_attempts: Option<i32>,
     backoff_min_us: i64,
     backoff_max_us: i64,
+    filter: EventFilter,
     /// The caller owns it.
     own: bool,
     /// The caller has the privileges of its owner.
@@ -512,9 +545,9 @@ fn named(name: &str) -> Vec<Named> {
     let retry_columns = if tracks_attempts() {
         "s.max_attempts, (pg_catalog.date_part('epoch', s.backoff_min) * 1e6)::bigint,
          (pg_catalog.date_part('epoch', s.backoff_max) * 1e6)::bigint, s.key, s.key_path,
-         s.on_dead_letter = 'skip'"
+         s.on_dead_letter = 'skip', s.types, s.filter::text"
     } else {
-        "NULL::integer, 0::bigint, 0::bigint, NULL::text, NULL::text[], false"
+        "NULL::integer, 0::bigint, 0::bigint, NULL::text, NULL::text[], false, NULL::text[], NULL::text"
     };
     let query = format!(
         "SELECT s.id, s.stream, s.ordered, s.owner::oid, s.owner::text,
@@ -544,6 +577,7 @@ fn named(name: &str) -> Vec<Named> {
                 key: row.get::<String>(12)?,
                 key_path: row.get::<Vec<String>>(13)?,
                 skip_dead_letters: row.get::<bool>(14)?.unwrap_or(false),
+                filter: EventFilter { types: row.get::<Vec<String>>(15)?, data: row.get::<String>(16)? },
             });
         }
         Ok(found)

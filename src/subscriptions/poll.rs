@@ -446,7 +446,7 @@ fn events_query<'a>(
     limit: i64,
     extra: &str,
 ) -> (String, Vec<DatumWithOid<'a>>) {
-    let (filter, values) = sub.selector.sql_condition("e.stream", 5);
+    let (filter, values) = sub.events_condition(5);
     let sql = format!(
         "SELECT e.position FROM streams.event_log e
          WHERE e.position > $1 AND e.position <= $2 {filter} {extra}

@@ -11,6 +11,7 @@ use pgrx::prelude::*;
 
 use super::{as_owner, create, failures, named, open, refuse_webhook};
 use crate::error::{OrRaise, StreamsError};
+use litebase_streams_core::filters::{validate_filter, validate_types, EventFilter};
 
 /// The most attempts `max_attempts` may allow.
 const MOST_ATTEMPTS: i32 = 1000;
@@ -46,8 +47,8 @@ impl RetrySettings {
 }
 
 /// `streams._create_subscription(name, stream, start, ordered,
-/// max_attempts, backoff_min, backoff_max, if_not_exists)`: the same, with
-/// retry settings (0.3.0).
+/// max_attempts, backoff_min, backoff_max, if_not_exists, types, filter)`:
+/// the same, with retry settings and filters (0.3.0).
 #[pg_extern(sql = false)]
 #[allow(clippy::too_many_arguments)]
 fn _create_subscription_with_retries(
@@ -61,6 +62,8 @@ fn _create_subscription_with_retries(
     backoff_min: Option<Interval>,
     backoff_max: Option<Interval>,
     if_not_exists: Option<bool>,
+    types: Option<Vec<Option<String>>>,
+    filter: Option<pgrx::JsonB>,
 ) {
     crate::log::catalog::lock_for_reading();
     let name = name.ok_or(StreamsError::NullArgument("name")).or_raise();
@@ -87,12 +90,15 @@ fn _create_subscription_with_retries(
         "skip" => true,
         other => StreamsError::InvalidOnDeadLetter(other.to_owned()).raise(),
     };
+    let filter = checked_filter(types, filter);
     if if_not_exists {
         if let Some(existing) = named(name).into_iter().find(|n| n.own) {
             let differs = if existing.stream != stream {
                 Some("stream pattern")
             } else if existing.ordered != ordered || existing.key.as_deref() != key {
                 Some("ordering")
+            } else if !same_filter(&existing.filter, &filter) {
+                Some("filter (types or filter)")
             } else {
                 None
             };
@@ -120,6 +126,52 @@ fn _create_subscription_with_retries(
             Ok(())
         });
     }
+    if !filter.is_empty() {
+        as_owner(|client| {
+            let args: [DatumWithOid; 3] = [id.into(), filter.types.clone().into(), filter.data.clone().into()];
+            client.update_kept(
+                "UPDATE streams.subscription_state SET types = $2, filter = $3::pg_catalog.jsonb WHERE id = $1",
+                None,
+                &args,
+            )?;
+            Ok(())
+        });
+    }
+}
+
+/// `types` and `filter` of a new subscription, checked (22023).
+fn checked_filter(types: Option<Vec<Option<String>>>, filter: Option<pgrx::JsonB>) -> EventFilter {
+    if let Some(types) = &types {
+        validate_types(types).or_raise();
+    }
+    if let Some(filter) = &filter {
+        validate_filter(&filter.0).or_raise();
+    }
+    EventFilter {
+        types: types.map(|types| types.into_iter().flatten().collect()),
+        data: filter.map(|filter| filter.0.to_string()),
+    }
+}
+
+/// Whether two filters keep the same events: the same types (in any order)
+/// and the same JSON (compared as values: the stored one is PostgreSQL's
+/// text of it).
+fn same_filter(a: &EventFilter, b: &EventFilter) -> bool {
+    let sorted = |types: &Option<Vec<String>>| {
+        types.clone().map(|mut t| {
+            t.sort_unstable();
+            t.dedup();
+            t
+        })
+    };
+    let json = |data: &Option<String>| data.as_deref().map(serde_json::from_str::<serde_json::Value>);
+    let (ja, jb) = (json(&a.data), json(&b.data));
+    let same_data = match (ja, jb) {
+        (None, None) => true,
+        (Some(Ok(x)), Some(Ok(y))) => x == y,
+        _ => false,
+    };
+    sorted(&a.types) == sorted(&b.types) && same_data
 }
 
 /// `streams.alter_subscription(name, max_attempts, backoff_min,

@@ -37,6 +37,7 @@ use crate::error::ApiError;
 use crate::event::{event_of, Event};
 use crate::metrics;
 use crate::pattern::Selector;
+use litebase_streams_core::filters::EventFilter;
 use litebase_streams_core::payload::decode_payload;
 
 use super::{Hub, Note, Slot};
@@ -55,6 +56,10 @@ const MAX_FORWARD_JUMP: i64 = 1 << 40;
 pub struct Topic {
     pub role: String,
     pub pattern: String,
+    /// Only the events these filters keep (the database applies them).
+    pub filter: EventFilter,
+    /// The pattern and filters: what the hub knows the topic by.
+    pub(super) key: String,
     /// The pattern as a JSON string, for WebSocket messages.
     pub pattern_json: String,
     pub(super) selector: Selector,
@@ -93,9 +98,11 @@ enum Action {
 }
 
 impl Topic {
-    pub(super) fn new(role: &str, pattern: &str, selector: Selector) -> Topic {
+    pub(super) fn new(role: &str, pattern: &str, selector: Selector, filter: EventFilter) -> Topic {
         Topic {
             role: role.to_owned(),
+            key: crate::pattern::topic_key(pattern, &filter),
+            filter,
             pattern: pattern.to_owned(),
             pattern_json: serde_json::to_string(pattern).expect("a string serialises"),
             selector,
@@ -332,7 +339,12 @@ impl Topic {
             return Action::Replay;
         }
         match &self.selector {
-            Selector::Exact(name) if name == payload.stream && payload.prev.is_some_and(|prev| prev <= tail) => {
+            // A filtered topic replays: the database decides what passes.
+            Selector::Exact(name)
+                if name == payload.stream
+                    && payload.prev.is_some_and(|prev| prev <= tail)
+                    && self.filter.is_empty() =>
+            {
                 event_of(&payload).map_or(Action::Replay, |e| Action::Forward(Arc::new(e)))
             }
             _ => Action::Replay,
@@ -355,6 +367,7 @@ impl Topic {
                     &self.role,
                     &self.pattern,
                     &Start::After(tail),
+                    &self.filter,
                     hub.cfg.page_size,
                     hub.cfg.client_buffer_bytes,
                 )
