@@ -30,7 +30,7 @@ thread_local! {
 /// The positions a remembered key published, in order.
 static REMEMBERED: KeptPlan<3> = KeptPlan {
     sql: c"SELECT u.p FROM streams.idempotency_keys k, pg_catalog.unnest(k.positions) WITH ORDINALITY AS u(p, o)
-           WHERE k.stream = $1 AND k.key = $2 AND k.created_at >= pg_catalog.now() - pg_catalog.make_interval(secs => $3)
+           WHERE k.stream = $1 AND k.key = $2 AND k.created_at >= pg_catalog.statement_timestamp() - pg_catalog.make_interval(secs => $3)
            ORDER BY u.o",
     types: [pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::FLOAT8OID],
     plan: REMEMBERED_PLAN,
@@ -40,9 +40,9 @@ static REMEMBERED: KeptPlan<3> = KeptPlan {
 /// comes back. Waits for an open transaction that wrote the key.
 static REMEMBER: KeptPlan<4> = KeptPlan {
     sql: c"INSERT INTO streams.idempotency_keys AS k (stream, key, positions, created_at)
-           VALUES ($1, $2, $3, pg_catalog.now())
+           VALUES ($1, $2, $3, pg_catalog.statement_timestamp())
            ON CONFLICT (stream, key) DO UPDATE SET positions = excluded.positions, created_at = excluded.created_at
-           WHERE k.created_at < pg_catalog.now() - pg_catalog.make_interval(secs => $4)
+           WHERE k.created_at < pg_catalog.statement_timestamp() - pg_catalog.make_interval(secs => $4)
            RETURNING 1::bigint",
     types: [pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::INT8ARRAYOID, pg_sys::FLOAT8OID],
     plan: REMEMBER_PLAN,
