@@ -102,7 +102,7 @@ END $$"""
              "bench_reader_prefix"),
             # Filtered: 10% of the stream's events have the type, 10% the region.
             ("replay_stream_types", "one stream, types => one of ten",
-             f"SELECT * FROM streams.replay(stream => '{CHANNEL}', types => ARRAY['t3'], max_events => {N})",
+             f"SELECT * FROM streams.replay(stream => '{CHANNEL}', types => ARRAY['t0'], max_events => {N})",
              FILTERED),
             ("replay_stream_filter", "one stream, filter => data @> {\"region\":\"r3\"}",
              f"SELECT * FROM streams.replay(stream => '{CHANNEL}', filter => '{{\"region\":\"r3\"}}', "
@@ -113,7 +113,7 @@ END $$"""
                              (CHANNEL,)).fetchone()[0]
         # What a filtered query must return, counted without the filters.
         filtered_n = {
-            "replay_stream_types": c.execute("SELECT count(*) FROM streams.event_log WHERE stream = %s AND type = 't3'",
+            "replay_stream_types": c.execute("SELECT count(*) FROM streams.event_log WHERE stream = %s AND type = 't0'",
                                              (CHANNEL,)).fetchone()[0],
             "replay_stream_filter": c.execute(
                 "SELECT count(*) FROM streams.event_log WHERE stream = %s AND data->>'region' = 'r3'",
