@@ -372,3 +372,23 @@ fn a_long_open_snapshot_does_not_make_readers_read_every_old_horizon() {
     assert!(read < 16, "one event read {read} buffers beside {} pages of old horizons", pages(&mut c));
     old.batch_execute("COMMIT").unwrap();
 }
+
+/// A query PostgreSQL runs in parallel mode that also writes (CREATE TABLE
+/// AS, which it may plan with parallel workers over a large log) reads each
+/// event's commit time: the lookup runs read-only, as a parallel query
+/// requires.
+#[test]
+fn create_table_as_in_parallel_mode_reads_commit_times() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    let last = (0..3).map(|n| publish(&mut c, "orders", &format!(r#"{{"n":{n}}}"#))).last().unwrap();
+    wait_for_horizon(&mut c, last);
+    c.batch_execute(
+        "SET force_parallel_mode = on;
+         CREATE TABLE copied AS SELECT position, time FROM streams.events ORDER BY position;
+         RESET force_parallel_mode",
+    )
+    .expect("CREATE TABLE AS over streams.events in parallel mode");
+    let timed: i64 = c.query_one("SELECT count(time) FROM copied", &[]).unwrap().get(0);
+    assert_eq!(timed, 3, "every copied event has its commit time");
+}

@@ -346,7 +346,7 @@ impl KeptRow {
     /// SAFETY: inside a transaction; `memory` outlives the kept row (the call site's fn_mcxt).
     unsafe fn load(&mut self, position: i64, memory: pg_sys::MemoryContext) {
         spi::connect();
-        LOOKUP.execute(&mut [pg_sys::Datum::from(position)], pg_sys::SPI_OK_SELECT);
+        LOOKUP.execute_read_only(&mut [pg_sys::Datum::from(position)], pg_sys::SPI_OK_SELECT);
         let table = pg_sys::SPI_tuptable;
         if !table.is_null() && pg_sys::SPI_processed == 1 {
             let (tuple, desc) = (*(*table).vals, (*table).tupdesc);

@@ -44,6 +44,29 @@ impl<const N: usize> KeptPlan<N> {
         nulls: Option<[bool; N]>,
         expected: u32,
     ) {
+        self.run(values, nulls, false, expected)
+    }
+
+    /// [`execute`](Self::execute) of a SELECT in read-only mode: under the
+    /// caller's snapshot, without a command counter increment, so that it
+    /// may run in a parallel query (a STABLE, PARALLEL SAFE function's
+    /// statement; PostgreSQL refuses to start a read-write one there).
+    ///
+    /// # Safety
+    /// SAFETY: as for `execute`.
+    pub unsafe fn execute_read_only(&'static self, values: &mut [pg_sys::Datum; N], expected: u32) {
+        self.run(values, None, true, expected)
+    }
+
+    /// # Safety
+    /// SAFETY: as for `execute`.
+    unsafe fn run(
+        &'static self,
+        values: &mut [pg_sys::Datum; N],
+        nulls: Option<[bool; N]>,
+        read_only: bool,
+        expected: u32,
+    ) {
         let flags = nulls.map(|nulls| nulls.map(|null| if null { b'n' } else { b' ' } as std::ffi::c_char));
         let flags_ptr = flags.as_ref().map_or(std::ptr::null(), |f| f.as_ptr());
         // The plan cache re-parses a statement under the search_path of the
@@ -59,7 +82,7 @@ impl<const N: usize> KeptPlan<N> {
                 }
                 self.plan.with(|p| p.set(plan));
             }
-            pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), flags_ptr, false, 0)
+            pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), flags_ptr, read_only, 0)
         });
         if status != expected as i32 {
             StreamsError::Spi { doing: "running a statement", error: format!("{:?}: SPI status {status}", self.sql) }
