@@ -117,3 +117,27 @@ fn bad_envelopes_fail_with_22023_and_write_nothing() {
     ))
     .unwrap();
 }
+
+/// A log someone changed (an INSERT trigger) is written through SQL
+/// INSERTs instead of the direct append: the envelope goes in there too.
+#[test]
+fn a_changed_log_still_stores_the_envelope() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    c.batch_execute(
+        "CREATE FUNCTION public.noop() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
+         CREATE TRIGGER noop BEFORE INSERT ON streams.event_log FOR EACH ROW EXECUTE FUNCTION public.noop();
+         SELECT streams.publish('a', '{\"n\":1}');
+         SELECT streams.publish('a', '{\"n\":2}', type => 't', key => 'k', headers => '{\"h\":\"v\"}');
+         SELECT streams.publish_batch('a', ARRAY['{\"n\":3}']::jsonb[], type => 'b', headers => '{\"x\":\"y\"}');",
+    )
+    .unwrap();
+    let got = envelopes(&mut c, "SELECT position, type, key, headers::text FROM streams.event_log ORDER BY position");
+    let (h, x) = (Some(json(r#"{"h":"v"}"#).to_string()), Some(json(r#"{"x":"y"}"#).to_string()));
+    let got: Vec<Enveloped> =
+        got.into_iter().map(|(p, t, k, hd)| (p, t, k, hd.map(|hd| json(&hd).to_string()))).collect();
+    assert_eq!(
+        got.iter().map(|e| (e.1.clone(), e.2.clone(), e.3.clone())).collect::<Vec<_>>(),
+        vec![(None, None, None), (Some("t".into()), Some("k".into()), h), (Some("b".into()), None, x)]
+    );
+}

@@ -25,7 +25,7 @@ use pgrx::IntoDatum;
 use crate::error::{OrRaise, StreamsError};
 use crate::ffi;
 use crate::gucs;
-use crate::log::append::{Appender, Row, ROW_COLUMNS};
+use crate::log::append::{Appender, Row};
 use crate::log::envelope::Envelope;
 use crate::log::kept_plan::{spi, KeptPlan};
 use crate::log::privileges;
@@ -97,14 +97,8 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish(fcinfo: pg_sys::Functio
     let written = request.write(sequence, stream.unwrap_or_default(), stream_datum, 1, one, |positions| {
         let tx = current_tx();
         let row = request.row(positions[0], stream_datum, tx, data);
-        let (mut values, nulls) = spi_values(&row);
         write_as_owner(sequence, std::iter::once(row), || {
-            if request.envelope.columns().iter().all(Option::is_none) {
-                let mut four = [values[0], values[1], values[2], values[3]];
-                INSERT_EVENT.execute(&mut four, pg_sys::SPI_OK_INSERT)
-            } else {
-                INSERT_EVENT_ENVELOPE.execute_with_nulls(&mut values, Some(nulls), pg_sys::SPI_OK_INSERT)
-            }
+            insert_through_spi(&INSERT_EVENT, &INSERT_EVENT_ENVELOPE, row)
         });
     });
     PUBLISH_RESULT.with(|r| r.set(Some(written.duplicate)));
@@ -149,26 +143,11 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish_batch(fcinfo: pg_sys::F
         let tx = current_tx();
         let rows =
             positions.iter().zip(&elements).map(|(&position, &data)| request.row(position, stream_datum, tx, data));
+        // INSERT_BATCH's arguments: the positions and the data as arrays, in a row's places.
         let positions = positions.into_datum().expect("an array datum");
-        let [type_, key, headers] = request.envelope.columns();
-        let mut arrays = [
-            positions,
-            stream_datum,
-            tx,
-            pg_sys::Datum::from(array),
-            type_.unwrap_or(pg_sys::Datum::from(0)),
-            key.unwrap_or(pg_sys::Datum::from(0)),
-            headers.unwrap_or(pg_sys::Datum::from(0)),
-        ];
-        let nulls = [false, false, false, false, type_.is_none(), key.is_none(), headers.is_none()];
-        write_as_owner(sequence, rows, || {
-            if nulls[4..].iter().all(|&null| null) {
-                let mut four = [arrays[0], arrays[1], arrays[2], arrays[3]];
-                INSERT_BATCH.execute(&mut four, pg_sys::SPI_OK_INSERT)
-            } else {
-                INSERT_BATCH_ENVELOPE.execute_with_nulls(&mut arrays, Some(nulls), pg_sys::SPI_OK_INSERT)
-            }
-        });
+        let mut arrays = request.row(0, stream_datum, tx, pg_sys::Datum::from(array));
+        arrays[0] = Some(positions);
+        write_as_owner(sequence, rows, || insert_through_spi(&INSERT_BATCH, &INSERT_BATCH_ENVELOPE, arrays));
     });
     PUBLISH_RESULT.with(|r| r.set(Some(written.duplicate)));
     written.positions.as_slice().into_datum().expect("an array datum")
@@ -214,7 +193,7 @@ impl Request {
         let envelope = Envelope::from_args(fcinfo, first);
         let idempotency_key = (!pgrx::fcinfo::pg_arg_is_null(fcinfo, first + 3)).then(|| {
             let key = pgrx::fcinfo::pg_getarg::<&str>(fcinfo, first + 3).unwrap_or_default();
-            envelope::check_idempotency_key(key).map_err(envelope_invalid).or_raise();
+            envelope::check_idempotency_key(key).map_err(crate::log::envelope::invalid).or_raise();
             pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, first + 3)
         });
         let expected_prev = pgrx::fcinfo::pg_getarg::<i64>(fcinfo, first + 4);
@@ -280,13 +259,22 @@ impl Request {
     }
 }
 
-fn envelope_invalid(error: litebase_streams_core::envelope::EnvelopeError) -> StreamsError {
-    crate::log::envelope::invalid(error)
-}
-
-/// A row as SPI takes it: the datums (0 for null) and the null flags.
-fn spi_values(row: &Row) -> ([pg_sys::Datum; ROW_COLUMNS], [bool; ROW_COLUMNS]) {
-    (row.map(|value| value.unwrap_or(pg_sys::Datum::from(0))), row.map(|value| value.is_none()))
+/// Run the INSERT of `row` (its values in column order) through SPI: the
+/// plan of the four columns of 0.2.0 when the envelope is null, so that a
+/// table someone changed need not have the envelope's columns for events
+/// without one, else the plan of all seven.
+///
+/// # Safety
+/// SAFETY: between SPI's connect and finish (as `write_as_owner` calls it), with the datums of
+/// the plans' types.
+unsafe fn insert_through_spi(plain: &'static KeptPlan<4>, enveloped: &'static KeptPlan<7>, row: Row) {
+    let mut values = row.map(|value| value.unwrap_or(pg_sys::Datum::from(0)));
+    if row[4..].iter().all(Option::is_none) {
+        let mut four = [values[0], values[1], values[2], values[3]];
+        plain.execute(&mut four, pg_sys::SPI_OK_INSERT)
+    } else {
+        enveloped.execute_with_nulls(&mut values, Some(row.map(|value| value.is_none())), pg_sys::SPI_OK_INSERT)
+    }
 }
 
 thread_local! {
