@@ -183,20 +183,36 @@ impl Drop for TempDir {
 impl Browser {
     fn open(url: &str) -> Browser {
         let profile = TempDir(std::env::temp_dir().join(format!("gateway-chromium-{}", std::process::id())));
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = std::process::Command::new("chromium")
+        // Chromium's own output, kept after the test for a launch that fails.
+        let log_path = std::env::temp_dir().join(format!("gateway-chromium-{}.log", std::process::id()));
+        let log = std::fs::File::create(&log_path).unwrap();
+        eprintln!("chromium's output: {}", log_path.display());
+        // Port 0: Chromium picks a free port itself and writes it to
+        // DevToolsActivePort in the profile (no race for a port we chose).
+        let mut child = std::process::Command::new("chromium")
             .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
             .arg("--disable-extensions")
-            .arg(format!("--remote-debugging-port={port}"))
+            .arg("--remote-debugging-port=0")
             .arg(format!("--user-data-dir={}", profile.0.display()))
             .arg(url)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
             .spawn()
             .map(KillOnDrop)
             .expect("chromium runs (Debian package chromium; make setup installs it)");
         let mut ws_url = None;
-        wait_until("Chromium lists the page on its DevTools port", Duration::from_secs(30), || {
+        // A loaded machine can take long to start a browser: wait generously,
+        // and fail at once, with its output, if it exits.
+        wait_until("Chromium lists the page on its DevTools port", Duration::from_secs(120), || {
+            if let Ok(Some(status)) = child.0.try_wait() {
+                panic!("chromium exited ({status}): {}", std::fs::read_to_string(&log_path).unwrap_or_default());
+            }
+            let Some(port) = std::fs::read_to_string(profile.0.join("DevToolsActivePort"))
+                .ok()
+                .and_then(|s| s.lines().next().and_then(|l| l.trim().parse::<u16>().ok()))
+            else {
+                return false;
+            };
             let Some(body) = devtools_list(port) else { return false };
             let targets: Vec<Value> = serde_json::from_str(&body).unwrap_or_default();
             ws_url = targets
