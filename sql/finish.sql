@@ -70,7 +70,7 @@ GRANT EXECUTE ON FUNCTION
     streams._claims(), streams._start_position(text, bigint, timestamptz, xid8) TO PUBLIC;
 
 -- Webhooks: creating one is a privilege of its own, for nobody until granted:
---   GRANT EXECUTE ON FUNCTION streams.create_webhook(text, text, text, bigint, text, integer) TO app;
+--   GRANT EXECUTE ON FUNCTION streams.create_webhook TO app;
 -- (plus the read privilege on the webhook's streams). The others check their caller.
 GRANT SELECT ON streams.webhooks TO PUBLIC;
 GRANT EXECUTE ON FUNCTION streams.drop_webhook(text), streams.pause_webhook(text), streams.resume_webhook(text)

@@ -928,3 +928,58 @@ BEGIN
     END LOOP;
 END
 $regrant$;
+
+-------------------------------------------------------------------------------
+-- Webhooks with filters (issue 25): create_webhook gains types and filter,
+-- kept in the webhook's subscription row like a subscription's. The old
+-- function is dropped, and whoever could execute it may execute the new one.
+-------------------------------------------------------------------------------
+
+SELECT pg_catalog.set_config('litebase_streams_update.webhook_grantees',
+    coalesce(pg_catalog.string_agg(CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(r.rolname) END, ','), ''),
+    true)
+FROM pg_catalog.pg_proc p
+CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+WHERE p.oid = 'streams.create_webhook(text, text, text, bigint, text, integer)'::pg_catalog.regprocedure
+  AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner;
+DROP FUNCTION streams.create_webhook(text, text, text, bigint, text, integer);
+
+CREATE FUNCTION streams.create_webhook(
+    name   text,
+    stream text,
+    url    text,
+    after  bigint  DEFAULT NULL,
+    secret text    DEFAULT NULL,
+    batch  integer DEFAULT 1,
+    types  text[]  DEFAULT NULL,
+    filter jsonb   DEFAULT NULL
+) RETURNS text
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_create_filtered_webhook_wrapper';
+REVOKE EXECUTE ON FUNCTION streams.create_webhook(text, text, text, bigint, text, integer, text[], jsonb) FROM PUBLIC;
+DO $regrant_webhook$
+DECLARE
+    grantees text := pg_catalog.current_setting('litebase_streams_update.webhook_grantees');
+BEGIN
+    IF grantees <> '' THEN
+        EXECUTE pg_catalog.format(
+            'GRANT EXECUTE ON FUNCTION streams.create_webhook(text, text, text, bigint, text, integer, text[], jsonb) TO %s',
+            grantees);
+    END IF;
+END
+$regrant_webhook$;
+COMMENT ON FUNCTION streams.create_webhook(text, text, text, bigint, text, integer, text[], jsonb) IS 'POST every event of a stream (or a pattern: ''prefix.*'', ''order.*.failed'', ''*'') to an http(s) URL, signed; types and filter (data @> filter) keep only the matching events; returns the signing secret.';
+
+-- streams.webhooks shows the filters (from streams.subscriptions, replaced above).
+CREATE OR REPLACE VIEW streams.webhooks WITH (security_barrier) AS
+SELECT sub.name, sub.stream, w.url,
+       CASE WHEN w.disabled_at IS NOT NULL THEN 'disabled'
+            WHEN w.paused THEN 'paused'
+            WHEN w.attempts > 0 THEN 'retrying'
+            ELSE 'active' END AS state,
+       sub.position, sub.pending, w.attempts, w.last_status, w.last_error, w.next_attempt_at, sub.lag_time,
+       w.batch, sub.owner, w.disabled_at, w.last_attempt_at, w.last_success_at, sub.created_at,
+       sub.types, sub.filter
+FROM streams.subscriptions sub
+JOIN streams.subscription_state s ON s.name = sub.name AND s.owner = sub.owner
+JOIN streams.webhook_state w ON w.subscription = s.id;

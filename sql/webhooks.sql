@@ -51,9 +51,11 @@ CREATE FUNCTION streams.create_webhook(
     url    text,
     after  bigint  DEFAULT NULL,
     secret text    DEFAULT NULL,
-    batch  integer DEFAULT 1
+    batch  integer DEFAULT 1,
+    types  text[]  DEFAULT NULL,
+    filter jsonb   DEFAULT NULL
 ) RETURNS text
-LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_create_webhook_wrapper';
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_create_filtered_webhook_wrapper';
 CREATE FUNCTION streams.drop_webhook(name text) RETURNS boolean
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_drop_webhook_wrapper';
 CREATE FUNCTION streams.pause_webhook(name text) RETURNS void
@@ -72,7 +74,8 @@ SELECT sub.name, sub.stream, w.url,
             WHEN w.attempts > 0 THEN 'retrying'
             ELSE 'active' END AS state,
        sub.position, sub.pending, w.attempts, w.last_status, w.last_error, w.next_attempt_at, sub.lag_time,
-       w.batch, sub.owner, w.disabled_at, w.last_attempt_at, w.last_success_at, sub.created_at
+       w.batch, sub.owner, w.disabled_at, w.last_attempt_at, w.last_success_at, sub.created_at,
+       sub.types, sub.filter
 FROM streams.subscriptions sub
 JOIN streams.subscription_state s ON s.name = sub.name AND s.owner = sub.owner
 JOIN streams.webhook_state w ON w.subscription = s.id;
@@ -80,7 +83,7 @@ JOIN streams.webhook_state w ON w.subscription = s.id;
 COMMENT ON TABLE streams.webhook_state IS 'Webhooks: the endpoint, secret and delivery state of each webhook subscription (see streams.webhooks).';
 COMMENT ON COLUMN streams.webhook_state.sending_upto IS
     'The last position of the request in flight or last failed, written before it is sent: its retry carries the same events under the same webhook-id.';
-COMMENT ON FUNCTION streams.create_webhook(text, text, text, bigint, text, integer) IS 'POST every event of a stream (or ''prefix.*'', ''*'') to an http(s) URL, signed; returns the signing secret.';
+COMMENT ON FUNCTION streams.create_webhook(text, text, text, bigint, text, integer, text[], jsonb) IS 'POST every event of a stream (or a pattern: ''prefix.*'', ''order.*.failed'', ''*'') to an http(s) URL, signed; types and filter (data @> filter) keep only the matching events; returns the signing secret.';
 COMMENT ON FUNCTION streams.drop_webhook(text) IS 'Drop a webhook and its progress; true if it existed.';
 COMMENT ON FUNCTION streams.pause_webhook(text) IS 'Stop delivering to a webhook until resume_webhook.';
 COMMENT ON FUNCTION streams.resume_webhook(text) IS 'Deliver again to a paused or disabled webhook, from where it stopped, retrying at once.';

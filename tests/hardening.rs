@@ -66,7 +66,7 @@ fn predefined_data_roles_cannot_touch_internal_tables() {
     admin_c
         .batch_execute(&format!(
             "SELECT streams.grant('read', '*', '{0}');
-             GRANT EXECUTE ON FUNCTION streams.create_webhook(text, text, text, bigint, text, integer) TO {0};",
+             GRANT EXECUTE ON FUNCTION streams.create_webhook TO {0};",
             owner.name
         ))
         .unwrap();
@@ -240,7 +240,7 @@ fn subscription_names_are_per_owner() {
     admin_c
         .batch_execute(&format!(
             "SELECT streams.grant('read', 'pub.*', '{0}'); SELECT streams.grant('read', 'payment.*', '{1}');
-             GRANT EXECUTE ON FUNCTION streams.create_webhook(text, text, text, bigint, text, integer) TO {0}, {1};",
+             GRANT EXECUTE ON FUNCTION streams.create_webhook TO {0}, {1};",
             squatter.name, team.name
         ))
         .unwrap();

@@ -450,7 +450,7 @@ fn ssrf_url_forms_are_refused_when_a_webhook_is_created() {
     db.connect()
         .batch_execute(&format!(
             "SELECT streams.grant('read', 'orders', '{0}');
-             GRANT EXECUTE ON FUNCTION streams.create_webhook(text, text, text, bigint, text, integer) TO {0}",
+             GRANT EXECUTE ON FUNCTION streams.create_webhook TO {0}",
             app.name
         ))
         .unwrap();

@@ -789,6 +789,16 @@ fn update_under_publish_replay_listen_and_consumers_fails_no_one() {
     let mut admin_c = db.connect();
     admin_c.batch_execute("SET lock_timeout = '30s'; ALTER EXTENSION litebase_streams UPDATE TO '0.2.0'").unwrap();
     admin_c.batch_execute("SELECT streams.create_subscription('upgrade_consumer', 'orders', after => 0)").unwrap();
+    // A role that may create webhooks at 0.2.0 (by the old argument list)
+    // may create them after the update too, with 0.3.0's filters.
+    let hooks = TestRole::new(&db, "hooks", "");
+    admin_c
+        .batch_execute(&format!(
+            "GRANT USAGE ON SCHEMA streams TO {0};
+             GRANT EXECUTE ON FUNCTION streams.create_webhook(text, text, text, bigint, text, integer) TO {0}",
+            hooks.name
+        ))
+        .unwrap();
     let consumed: Arc<Mutex<Vec<i64>>> = Arc::default();
     let in_flight: Arc<Mutex<Vec<String>>> = Arc::default();
     {
@@ -872,4 +882,15 @@ fn update_under_publish_replay_listen_and_consumers_fails_no_one() {
         c.batch_execute("ROLLBACK").unwrap();
     }
     assert_eq!(attempts, [(first_pending, 1), (first_pending, 2)], "the first event not consumed, attempt 1 then 2");
+
+    let mut may_create = |role: &str| -> bool {
+        c.query_one(
+            "SELECT has_function_privilege($1, 'streams.create_webhook(text, text, text, bigint, text, integer, text[], jsonb)', 'EXECUTE')",
+            &[&role],
+        )
+        .unwrap()
+        .get(0)
+    };
+    assert!(may_create(&hooks.name), "the 0.2.0 grant of create_webhook carries over to the new one");
+    assert!(!may_create("public"), "and nobody else got it");
 }

@@ -127,6 +127,71 @@ fn a_webhook_body_carries_the_envelope_when_set() {
     }
 }
 
+/// A webhook created with `types` and `filter` receives exactly the events
+/// of its pattern that have one of the types and whose data contains the
+/// filter, in order, and its position moves past the others (also past a
+/// run of them at the end, with nothing to send): nothing is read again.
+/// A bad filter is refused with 22023 and creates nothing.
+#[test]
+fn a_filtered_webhook_receives_exactly_the_matching_events() {
+    let (receiver, db) = local_receiver_and_db(&[("/paid-eu", Behaviour::signed(SECRET))]);
+    let mut c = db.connect();
+    c.query_one(
+        "SELECT streams.create_webhook('paid-eu', 'orders.*.done', $1, secret => $2, batch => 5,
+                types => ARRAY['order.paid'], filter => '{\"region\": \"eu\"}')",
+        &[&receiver.url("/paid-eu"), &SECRET],
+    )
+    .unwrap();
+    let mut expected = Vec::new();
+    let mut last = 0;
+    for n in 0..40 {
+        let stream = if n % 5 == 4 { "orders.eu.open" } else { "orders.eu.done" };
+        let type_ = if n % 3 == 0 { "order.paid" } else { "order.refunded" };
+        let region = if n % 2 == 0 { "eu" } else { "us" };
+        let data = format!(r#"{{"n": {n}, "region": "{region}"}}"#);
+        last = c
+            .query_one("SELECT streams.publish($1, $2::text::jsonb, type => $3)", &[&stream, &data, &type_])
+            .unwrap()
+            .get(0);
+        if stream.ends_with(".done") && type_ == "order.paid" && region == "eu" {
+            expected.push(last);
+        }
+    }
+    // A run of events the filter leaves out, at the end.
+    for _ in 0..10 {
+        last = publish(&mut c, "orders.eu.done", r#"{"region": "eu"}"#);
+    }
+    wait_for_horizon(&mut c, last);
+    assert!(expected.len() >= 4, "{expected:?}");
+    assert_eq!(receiver.wait_for_delivered("/paid-eu", expected.len(), Duration::from_secs(30)), expected);
+    // The stored position, not the view's (which counts only pending matches).
+    wait_until("the webhook moves past the events it leaves out", Duration::from_secs(30), || {
+        let stored: i64 =
+            c.query_one("SELECT position FROM streams.subscription_state WHERE name = 'paid-eu'", &[]).unwrap().get(0);
+        stored == last
+    });
+    let moved = state(&mut c, "paid-eu");
+    assert_eq!((moved.pending, moved.state.as_str()), (0, "active"));
+    assert_eq!(receiver.delivered("/paid-eu"), expected, "nothing else, nothing twice");
+    let (types, filter): (Vec<String>, String) = c
+        .query_one("SELECT types, filter::text FROM streams.webhooks WHERE name = 'paid-eu'", &[])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!((types, filter.as_str()), (vec!["order.paid".to_owned()], r#"{"region": "eu"}"#));
+
+    for (bad, types, filter) in [("array", None, Some("[1]")), ("empty-type", Some(vec![""]), None)] {
+        let error = c
+            .query_one(
+                "SELECT streams.create_webhook($1, 'orders.*', $2, types => $3, filter => $4::text::jsonb)",
+                &[&bad, &receiver.url("/paid-eu"), &types, &filter],
+            )
+            .unwrap_err();
+        assert_eq!(error.code(), Some(&postgres::error::SqlState::INVALID_PARAMETER_VALUE), "{bad}: {error}");
+    }
+    let count: i64 = c.query_one("SELECT count(*) FROM streams.webhooks", &[]).unwrap().get(0);
+    assert_eq!(count, 1, "a refused webhook leaves nothing behind");
+}
+
 #[test]
 fn a_failing_endpoint_gets_the_same_event_until_it_succeeds() {
     let (receiver, db) = local_receiver_and_db(&[(

@@ -61,6 +61,7 @@ use litebase_streams_core::filters::EventFilter;
 use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
 use poll::{fold_finished_chunks, poll_ordered, poll_unordered, Polled};
 use reads::with_latest_snapshot;
+pub(crate) use settings::{checked_filter, store_filter};
 use wait::{horizon_seen_by_transaction, isolation_is_snapshot, wait_duration};
 
 /// The most events one poll returns.

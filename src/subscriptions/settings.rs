@@ -126,21 +126,28 @@ fn _create_subscription_with_retries(
             Ok(())
         });
     }
-    if !filter.is_empty() {
-        as_owner(|client| {
-            let args: [DatumWithOid; 3] = [id.into(), filter.types.clone().into(), filter.data.clone().into()];
-            client.update_kept(
-                "UPDATE streams.subscription_state SET types = $2, filter = $3::pg_catalog.jsonb WHERE id = $1",
-                None,
-                &args,
-            )?;
-            Ok(())
-        });
-    }
+    store_filter(id, &filter);
 }
 
-/// `types` and `filter` of a new subscription, checked (22023).
-fn checked_filter(types: Option<Vec<Option<String>>>, filter: Option<pgrx::JsonB>) -> EventFilter {
+/// Keep only the events `filter` lets through for the new subscription (or
+/// webhook) `id`.
+pub(crate) fn store_filter(id: i32, filter: &EventFilter) {
+    if filter.is_empty() {
+        return;
+    }
+    as_owner(|client| {
+        let args: [DatumWithOid; 3] = [id.into(), filter.types.clone().into(), filter.data.clone().into()];
+        client.update_kept(
+            "UPDATE streams.subscription_state SET types = $2, filter = $3::pg_catalog.jsonb WHERE id = $1",
+            None,
+            &args,
+        )?;
+        Ok(())
+    });
+}
+
+/// `types` and `filter` of a new subscription or webhook, checked (22023).
+pub(crate) fn checked_filter(types: Option<Vec<Option<String>>>, filter: Option<pgrx::JsonB>) -> EventFilter {
     if let Some(types) = &types {
         validate_types(types).or_raise();
     }

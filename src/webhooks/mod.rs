@@ -29,6 +29,7 @@ use pgrx::prelude::*;
 use crate::error::{OrRaise, StreamsError};
 use crate::subscriptions::{self, as_owner};
 use crate::{gucs, shmem};
+use litebase_streams_core::filters::EventFilter;
 use litebase_streams_core::{hosts, signing};
 
 pub use worker::ensure_worker;
@@ -39,8 +40,25 @@ const MAX_BATCH: i32 = 1000;
 /// Random bytes in a secret `create_webhook` makes.
 const SECRET_BYTES: usize = 32;
 
-/// `streams.create_webhook(name, stream, url, after, secret, batch)`: the
-/// signing secret.
+/// `streams.create_webhook(name, stream, url, after, secret, batch, types,
+/// filter)`: the signing secret.
+#[allow(clippy::too_many_arguments)] // the SQL function's arguments
+#[pg_extern(sql = false)]
+fn _create_filtered_webhook(
+    name: Option<&str>,
+    stream: Option<&str>,
+    url: Option<&str>,
+    after: Option<i64>,
+    secret: Option<&str>,
+    batch: Option<i32>,
+    types: Option<Vec<Option<String>>>,
+    filter: Option<pgrx::JsonB>,
+) -> String {
+    create_webhook(name, stream, url, after, secret, batch, subscriptions::checked_filter(types, filter))
+}
+
+/// `streams.create_webhook(name, stream, url, after, secret, batch)` as
+/// 0.2.0 declares it (a database not yet updated): no filter.
 #[pg_extern(sql = false)]
 fn _create_webhook(
     name: Option<&str>,
@@ -49,6 +67,18 @@ fn _create_webhook(
     after: Option<i64>,
     secret: Option<&str>,
     batch: Option<i32>,
+) -> String {
+    create_webhook(name, stream, url, after, secret, batch, EventFilter::default())
+}
+
+fn create_webhook(
+    name: Option<&str>,
+    stream: Option<&str>,
+    url: Option<&str>,
+    after: Option<i64>,
+    secret: Option<&str>,
+    batch: Option<i32>,
+    filter: EventFilter,
 ) -> String {
     // The readers' lock order first: an upgrade step takes it too.
     crate::log::catalog::lock_for_reading();
@@ -71,6 +101,7 @@ fn _create_webhook(
     };
     let start = after.unwrap_or_else(crate::subscriptions::wait::horizon_seen_by_transaction);
     let id = subscriptions::create(name, stream, start, true);
+    subscriptions::store_filter(id, &filter);
     as_owner(|client| {
         let args: [DatumWithOid; 4] = [id.into(), url.as_str().into(), secret.as_str().into(), batch.into()];
         client.update(

@@ -9,9 +9,10 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 use super::http::Request;
-use super::state::{exec, persists_batches, Webhook, SENDING};
+use super::state::{exec, persists_batches, Webhook, SENDING, SKIP};
 use crate::error::SpiContext;
 use crate::log::{privileges, publish};
+use litebase_streams_core::filters::EventFilter;
 use litebase_streams_core::names::{parse_stream_selector, StreamSelector};
 use litebase_streams_core::payload::{write_full_payload, Event};
 use litebase_streams_core::signing::signing_key;
@@ -67,6 +68,11 @@ pub(super) fn next_request(
     let envelope = crate::log::catalog::extension_log().is_some_and(crate::log::catalog::log_has_envelope);
     let read = Spi::connect_mut(|client| {
         let Some((planned_last, planned_bytes)) = plan_request(client, webhook, &selector, upto)? else {
+            if !webhook.filter.is_empty() && upto > webhook.position {
+                // Every final event up to `upto` is filtered out: move past
+                // them, so that no later turn reads them again.
+                exec(client, SKIP, None, &[webhook.id.into(), webhook.position.into(), upto.into()])?;
+            }
             return Ok(Ok(Next::Nothing));
         };
         if planned_bytes > MAX_BODY_BYTES as i64
@@ -78,7 +84,7 @@ pub(super) fn next_request(
         let single = webhook.batch == 1;
         let mut body = Body::default();
         let (mut first, mut last) = (None, None);
-        let events = events_between(client, &selector, webhook.position, planned_last, envelope)?;
+        let events = events_between(client, &selector, &webhook.filter, webhook.position, planned_last, envelope)?;
         for row in events {
             if last.is_some() && body.0.len() >= MAX_BODY_BYTES {
                 break; // the data printed larger than it is stored: the rest next time
@@ -150,13 +156,15 @@ fn plan_request(
     selector: &StreamSelector,
     upto: i64,
 ) -> SpiResult<Option<(i64, i64)>> {
-    let (filter, values) = selector.sql_condition("e.stream", 4);
+    let (streams, values) = selector.sql_condition("e.stream", 4);
+    let (filter, filter_values) = webhook.filter.sql_condition("e", 4 + values.len());
     let sql = format!(
         "SELECT e.position, e.data FROM streams.event_log e
-         WHERE e.position > $1 AND e.position <= $2 {filter} ORDER BY e.position LIMIT $3"
+         WHERE e.position > $1 AND e.position <= $2 {streams}{filter} ORDER BY e.position LIMIT $3"
     );
     let mut all: Vec<DatumWithOid> = vec![webhook.position.into(), upto.into(), webhook.batch.into()];
     all.extend(values.into_iter().map(DatumWithOid::from));
+    all.extend(filter_values.iter().map(|value| DatumWithOid::from(value.as_str())));
     let (mut last, mut bytes) = (None, 0i64);
     let mut rows = exec(client, &sql, None, &all)?;
     while let Some(row) = rows.next() {
@@ -174,17 +182,19 @@ fn plan_request(
     Ok(last.map(|last| (last, bytes)))
 }
 
-/// The events of the pattern in `(after, last]`, as the payload needs them,
+/// The events of the pattern in `(after, last]` that pass the filter, as the payload needs them,
 /// with their envelope when the log has one (`envelope`: not before the
 /// 0.3.0 update, whose view has no such columns).
 fn events_between<'conn>(
     client: &mut SpiClient<'conn>,
     selector: &StreamSelector,
+    event_filter: &EventFilter,
     after: i64,
     last: i64,
     envelope: bool,
 ) -> SpiResult<pgrx::spi::SpiTupleTable<'conn>> {
-    let (filter, values) = selector.sql_condition("e.stream", 3);
+    let (streams, values) = selector.sql_condition("e.stream", 3);
+    let (filter, filter_values) = event_filter.sql_condition("e", 3 + values.len());
     let envelope = if envelope { "e.type, e.key, e.headers::text" } else { "NULL::text, NULL::text, NULL::text" };
     let sql = format!(
         "SELECT e.position, e.stream::text, e.time, e.tx::text::bigint,
@@ -193,10 +203,11 @@ fn events_between<'conn>(
                           ORDER BY p.position DESC LIMIT 1), 0),
                 e.data::text, {envelope}
          FROM streams.events e
-         WHERE e.position > $1 AND e.position <= $2 {filter} ORDER BY e.position"
+         WHERE e.position > $1 AND e.position <= $2 {streams}{filter} ORDER BY e.position"
     );
     let mut all: Vec<DatumWithOid> = vec![after.into(), last.into()];
     all.extend(values.into_iter().map(DatumWithOid::from));
+    all.extend(filter_values.iter().map(|value| DatumWithOid::from(value.as_str())));
     exec(client, &sql, None, &all)
 }
 

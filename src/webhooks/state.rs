@@ -15,6 +15,7 @@ use pgrx::PgOid;
 
 use super::http::Outcome;
 use crate::gucs;
+use litebase_streams_core::filters::EventFilter;
 
 /// A webhook as one turn of the loop sees it.
 pub(super) struct Webhook {
@@ -34,6 +35,9 @@ pub(super) struct Webhook {
     pub(super) active: bool,
     /// When its next attempt is due (zero: now).
     pub(super) due_in: Duration,
+    /// Only the events of these types, whose data contains this (none
+    /// before 0.3.0's schema).
+    pub(super) filter: EventFilter,
 }
 
 /// What became of an attempt, to record.
@@ -165,14 +169,16 @@ fn retry_delay(attempts: i32) -> Duration {
 }
 
 /// The statement that reads the webhooks, with `$sending` as the batch in
-/// flight's last position.
+/// flight's last position and `$filter` as its types and filter.
 macro_rules! load {
-    ($sending:literal) => {
+    ($sending:literal, $filter:literal) => {
         concat!(
             "SELECT s.id, s.name::text, s.stream::text, s.owner::oid, s.position, w.url, w.secret, w.batch,
        NOT w.paused AND w.disabled_at IS NULL,
        GREATEST(0, pg_catalog.ceil(EXTRACT(epoch FROM w.next_attempt_at - pg_catalog.clock_timestamp()) * 1000))::bigint, ",
             $sending,
+            ", ",
+            $filter,
             "
 FROM streams.webhook_state w JOIN streams.subscription_state s ON s.id = w.subscription
 ORDER BY s.id"
@@ -180,12 +186,12 @@ ORDER BY s.id"
     };
 }
 
-const LOAD: &str = load!("w.sending_upto");
+const LOAD: &str = load!("w.sending_upto", "s.types, s.filter::text");
 
 /// [`LOAD`] for a database still at 0.2.0 (no `sending_upto`: until
 /// `ALTER EXTENSION litebase_streams UPDATE`, a retry after a crash may
 /// carry more events under another id).
-const LOAD_V0_2: &str = load!("NULL::bigint");
+const LOAD_V0_2: &str = load!("NULL::bigint", "NULL::text[], NULL::text");
 
 /// Writes down the batch about to be sent (see `Webhook::sending_upto`).
 /// Skips a row its owner holds locked (returning nothing): that webhook
@@ -195,6 +201,14 @@ UPDATE streams.webhook_state w SET sending_upto = $2
 FROM (SELECT l.subscription FROM streams.webhook_state l WHERE l.subscription = $1 FOR UPDATE SKIP LOCKED) l
 WHERE w.subscription = l.subscription
 RETURNING 1";
+
+/// Moves a filtered webhook from `$2` to `$3` over events its filter
+/// leaves out (none to send): unless a seek moved it meanwhile, or its
+/// owner holds its row (then a later turn does).
+pub(super) const SKIP: &str = "
+UPDATE streams.subscription_state s SET position = $3
+FROM (SELECT l.id FROM streams.subscription_state l WHERE l.id = $1 AND l.position = $2 FOR NO KEY UPDATE SKIP LOCKED) l
+WHERE s.id = l.id";
 
 /// Whether the schema has `webhook_state.sending_upto` (0.3.0 on).
 pub(super) fn persists_batches() -> bool {
@@ -224,6 +238,7 @@ pub(super) fn load(client: &mut SpiClient<'_>) -> SpiResult<(Vec<Webhook>, i64)>
             active: row.get::<bool>(9)?.unwrap_or(false),
             due_in: Duration::from_millis(row.get::<i64>(10)?.unwrap_or(0).max(0) as u64),
             sending_upto: row.get::<i64>(11)?,
+            filter: EventFilter { types: row.get::<Vec<String>>(12)?, data: row.get::<String>(13)? },
         });
     }
     Ok((webhooks, horizon))
