@@ -172,6 +172,20 @@ fn a_filtered_webhook_receives_exactly_the_matching_events() {
     });
     let moved = state(&mut c, "paid-eu");
     assert_eq!((moved.pending, moved.state.as_str()), (0, "active"));
+    // A backlog the filter leaves out, longer than one turn reads (100,000
+    // positions), then a match: the webhook steps through and delivers it.
+    c.batch_execute(
+        "SELECT streams.publish_batch('orders.eu.done',
+                (SELECT array_agg('{\"region\": \"us\"}'::jsonb) FROM generate_series(1, 250000)), type => 'order.paid')",
+    )
+    .unwrap();
+    let after_backlog: i64 = c
+        .query_one("SELECT streams.publish('orders.eu.done', '{\"region\": \"eu\"}', type => 'order.paid')", &[])
+        .unwrap()
+        .get(0);
+    wait_for_horizon(&mut c, after_backlog);
+    expected.push(after_backlog);
+    assert_eq!(receiver.wait_for_delivered("/paid-eu", expected.len(), Duration::from_secs(30)), expected);
     assert_eq!(receiver.delivered("/paid-eu"), expected, "nothing else, nothing twice");
     let (types, filter): (Vec<String>, String) = c
         .query_one("SELECT types, filter::text FROM streams.webhooks WHERE name = 'paid-eu'", &[])

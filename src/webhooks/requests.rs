@@ -27,19 +27,28 @@ pub(super) const MAX_BODY_BYTES: usize = 1 << 20;
 /// (or one event larger than it).
 pub(super) const MAX_LARGE_BYTES_IN_FLIGHT: i64 = 64 << 20;
 
+/// The most positions one turn of a filtered webhook reads past its
+/// position: a filter that matches nothing in a long backlog moves it in
+/// steps of this, each one statement over a bounded range, instead of one
+/// scan of the whole backlog that would hold up the other webhooks.
+const FILTERED_SCAN_POSITIONS: i64 = 100_000;
+
 /// What to send to a webhook next.
 pub(super) enum Next {
     /// Nothing pending.
     Nothing,
     /// A large event waits until other large bodies are sent.
     Deferred,
-    /// Its owner holds its row locked: the batch cannot be written down.
+    /// Its owner holds its row locked: the batch cannot be written down,
+    /// nor the position moved past filtered-out events.
     Locked,
+    /// It moved past events its filter leaves out: look again at once.
+    Moved,
     Ready(Request),
 }
 
 /// The next request of `webhook`: its events after its position up to
-/// `upto`. Err((why, disable)) when the webhook cannot be served (its owner
+/// `upto` (for a filtered webhook, at most [`FILTERED_SCAN_POSITIONS`] on). Err((why, disable)) when the webhook cannot be served (its owner
 /// lost the read privilege: disable it).
 pub(super) fn next_request(
     webhook: &Webhook,
@@ -63,6 +72,11 @@ pub(super) fn next_request(
             true,
         ));
     }
+    let upto = if webhook.filter.is_empty() {
+        upto
+    } else {
+        upto.min(webhook.position.saturating_add(FILTERED_SCAN_POSITIONS))
+    };
     // It reads the log, then the view: the readers' lock order first.
     crate::log::catalog::lock_for_reading();
     let envelope = crate::log::catalog::extension_log().is_some_and(crate::log::catalog::log_has_envelope);
@@ -71,7 +85,8 @@ pub(super) fn next_request(
             if !webhook.filter.is_empty() && upto > webhook.position {
                 // Every final event up to `upto` is filtered out: move past
                 // them, so that no later turn reads them again.
-                exec(client, SKIP, None, &[webhook.id.into(), webhook.position.into(), upto.into()])?;
+                let moved = exec(client, SKIP, None, &[webhook.id.into(), webhook.position.into(), upto.into()])?;
+                return Ok(Ok(if moved.is_empty() { Next::Locked } else { Next::Moved }));
             }
             return Ok(Ok(Next::Nothing));
         };

@@ -208,7 +208,8 @@ RETURNING 1";
 pub(super) const SKIP: &str = "
 UPDATE streams.subscription_state s SET position = $3
 FROM (SELECT l.id FROM streams.subscription_state l WHERE l.id = $1 AND l.position = $2 FOR NO KEY UPDATE SKIP LOCKED) l
-WHERE s.id = l.id";
+WHERE s.id = l.id
+RETURNING 1";
 
 /// Whether the schema has `webhook_state.sending_upto` (0.3.0 on).
 pub(super) fn persists_batches() -> bool {

@@ -295,6 +295,7 @@ fn serve(entry: &'static DbEntry) {
                 }
                 Ok(Ok(Next::Deferred)) => {}
                 Ok(Ok(Next::Locked)) => next_due = next_due.min(LOCKED_RETRY),
+                Ok(Ok(Next::Moved)) => again = true,
                 Ok(Ok(Next::Ready(request))) => {
                     let (after, last, bytes) = (request.after, request.last, request.body.len());
                     built += bytes;
