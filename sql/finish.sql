@@ -48,7 +48,8 @@ GRANT SELECT ON streams.stream_grants TO PUBLIC;
 GRANT EXECUTE ON FUNCTION streams._replay_check(bigint, timestamptz, xid8),
     streams._stream_exact(text), streams._stream_prefix_low(text), streams._stream_prefix_high(text),
     streams._stream_wildcard(text), streams._check_types(text[]), streams._check_filter(jsonb),
-    streams._replay_limit(integer), streams._stream_matches(text, text[]), streams._era(bigint, bigint[]),
+    streams._replay_limit(integer), streams._replay_until(bigint), streams._stream_matches(text, text[]),
+    streams._era(bigint, bigint[]),
     streams._commit_time(bigint),
     streams._reads_all(), streams._read_patterns(), streams._may_publish(text),
     streams._last_publish_duplicate() TO PUBLIC;

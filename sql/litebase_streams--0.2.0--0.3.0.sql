@@ -814,7 +814,12 @@ WHERE p.oid = 'streams.replay(text, bigint, timestamptz, xid8, integer)'::pg_cat
   AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner;
 DROP FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer);
 
--- streams.replay(stream, after, since, from_tx, max_events, types, filter) -> setof streams.events
+-- streams._replay_until(until bigint) -> bigint
+-- until, or the largest bigint for null; 22023 when negative.
+CREATE FUNCTION streams._replay_until(until bigint) RETURNS bigint
+LANGUAGE c IMMUTABLE PARALLEL SAFE AS 'MODULE_PATHNAME', '_replay_until_wrapper';
+
+-- streams.replay(stream, after, since, from_tx, max_events, types, filter, until) -> setof streams.events
 -- Final events in position order, at most max_events of them.
 --   stream     exact name, a prefix pattern ('payment.*'), a pattern with '*'
 --              segments ('order.*.failed': one whole segment each), '*' or
@@ -825,6 +830,7 @@ DROP FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer);
 --   none       from the beginning
 --   types      only events whose type is one of these (null: every event)
 --   filter     only events whose data contains this JSON object (data @> filter)
+--   until      positions up to this one, inclusive (a projection rebuilt as of a position)
 -- At most one of after/since/from_tx. To page, continue with after => the last position seen.
 -- A single SQL query that PostgreSQL inlines into the caller's: with literal
 -- arguments the helpers fold to constants and it plans like a hand-written
@@ -838,7 +844,8 @@ CREATE FUNCTION streams.replay(
     from_tx    xid8        DEFAULT NULL,
     max_events integer     DEFAULT 1000,
     types      text[]      DEFAULT NULL,
-    filter     jsonb       DEFAULT NULL
+    filter     jsonb       DEFAULT NULL,
+    until      bigint      DEFAULT NULL
 ) RETURNS SETOF streams.events
 LANGUAGE sql STABLE AS $$
     SELECT e.*
@@ -858,25 +865,44 @@ LANGUAGE sql STABLE AS $$
       AND (replay.filter IS NULL OR e.data OPERATOR(pg_catalog.@>) streams._check_filter(replay.filter))
       -- Later commits than `since` only (the start position is the first one).
       AND (replay.since IS NULL OR e."time" >= replay.since)
+      AND e.position <= streams._replay_until(replay.until)
     ORDER BY e.position
     LIMIT streams._replay_limit(replay.max_events)
 $$;
 
-REVOKE EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb) FROM PUBLIC;
+-- streams.transaction_events(tx xid8) -> setof streams.events
+-- The final events of one transaction, in position order (positions of
+-- concurrent transactions interleave, so they need not be adjacent). A
+-- transaction id used again after a restore into another cluster names its
+-- newest transaction, as replay's from_tx does.
+CREATE FUNCTION streams.transaction_events(tx xid8) RETURNS SETOF streams.events
+LANGUAGE sql STABLE AS $$
+    SELECT e.*
+    FROM streams.events e
+    WHERE e.tx = transaction_events.tx
+      AND e.position > streams._replay_start(NULL, transaction_events.tx)
+    ORDER BY e.position
+$$;
+
+REVOKE EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb, bigint) FROM PUBLIC;
 DO $regrant_replay$
 DECLARE
     grantees text := pg_catalog.current_setting('litebase_streams_update.replay_grantees');
 BEGIN
     IF grantees <> '' THEN
         EXECUTE pg_catalog.format(
-            'GRANT EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb) TO %s',
+            'GRANT EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb, bigint) TO %s',
             grantees);
     END IF;
 END
 $regrant_replay$;
-GRANT EXECUTE ON FUNCTION streams._stream_wildcard(text), streams._check_types(text[]), streams._check_filter(jsonb)
-    TO PUBLIC;
-COMMENT ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb) IS 'Final events of the streams a pattern selects (''order.*.failed'': one segment per *), in position order, from a position, time or transaction; types and filter (data @> filter) keep only the matching ones.';
+GRANT EXECUTE ON FUNCTION streams._stream_wildcard(text), streams._check_types(text[]), streams._check_filter(jsonb),
+    streams._replay_until(bigint) TO PUBLIC;
+-- transaction_events goes with the 'read' privilege (the regrant below).
+REVOKE EXECUTE ON FUNCTION streams.transaction_events(xid8) FROM PUBLIC;
+COMMENT ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb, bigint) IS 'Final events of the streams a pattern selects (''order.*.failed'': one segment per *), in position order, from a position, time or transaction, up to a position (until); types and filter (data @> filter) keep only the matching ones.';
+COMMENT ON FUNCTION streams.transaction_events(xid8) IS 'The final events of one transaction, in position order.';
+COMMENT ON FUNCTION streams._replay_until(bigint) IS 'Internal: replay''s until, checked (22023 when negative; null: no end).';
 COMMENT ON FUNCTION streams._stream_wildcard(text) IS 'Internal: the pattern when it has a * segment before its end.';
 COMMENT ON FUNCTION streams._check_types(text[]) IS 'Internal: a types argument, checked (22023).';
 COMMENT ON FUNCTION streams._check_filter(jsonb) IS 'Internal: a filter argument, checked: a JSON object of at most 4 kB (22023).';
@@ -892,9 +918,10 @@ DECLARE
     objects text[] := CASE privilege
         WHEN 'read' THEN ARRAY[
             'SELECT ON streams.events, streams.event_log, streams.commit_times, streams.horizon_state',
-            'EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb), streams.get(bigint),
+            'EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb, bigint), streams.get(bigint),
                  streams.horizon(), streams.wait(bigint, interval), streams.worker_pid(), streams.log_id(),
-                 streams._replay_start(timestamptz, xid8), streams.stream_head(text)']
+                 streams._replay_start(timestamptz, xid8), streams.stream_head(text),
+                 streams.transaction_events(xid8)']
         ELSE ARRAY[
             'EXECUTE ON FUNCTION streams.publish(text, jsonb, text, text, jsonb, text, bigint),
                  streams.publish_once(text, jsonb, text, text, text, jsonb, bigint),

@@ -342,8 +342,9 @@ fn special_role_names_are_granted_exactly_and_inject_nothing() {
              WHERE c.oid IN ('streams.event_log'::regclass, 'streams.events'::regclass) AND a.grantee = 0
              UNION ALL
              SELECT p.oid::regprocedure::text FROM pg_proc p, aclexplode(p.proacl) a
-             WHERE p.oid IN ('streams.publish(text,jsonb,text,text,jsonb,text,bigint)'::regprocedure, 'streams.replay(text,bigint,timestamptz,xid8,integer,text[],jsonb)'::regprocedure,
-                             'streams.get(bigint)'::regprocedure, 'streams._replay_start(timestamptz,xid8)'::regprocedure)
+             WHERE p.oid IN ('streams.publish(text,jsonb,text,text,jsonb,text,bigint)'::regprocedure, 'streams.replay(text,bigint,timestamptz,xid8,integer,text[],jsonb,bigint)'::regprocedure,
+                             'streams.get(bigint)'::regprocedure, 'streams._replay_start(timestamptz,xid8)'::regprocedure,
+                             'streams.transaction_events(xid8)'::regprocedure)
                AND a.grantee = 0",
             &[],
         )

@@ -109,6 +109,65 @@ fn replay_from_a_transaction() {
     assert_eq!(replay(&mut c, "from_tx => '999999999'"), Vec::<i64>::new(), "unknown transaction: nothing");
 }
 
+/// `until` ends a replay at a position, inclusive, with every start mode
+/// and pattern (a projection rebuilt as of a position); a negative one is
+/// 22023 and null means no end.
+#[test]
+fn replay_until_a_position_returns_the_events_up_to_it() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    let p = seed(&mut c);
+    assert_eq!(replay(&mut c, &format!("until => {}", p[2])), p[..3]);
+    assert_eq!(replay(&mut c, &format!("after => {}, until => {}", p[0], p[3])), p[1..4]);
+    assert_eq!(replay(&mut c, &format!("stream => 'payment.*', until => {}", p[3])), vec![p[1], p[2]]);
+    assert_eq!(replay(&mut c, &format!("until => {}", p[0] - 1)), Vec::<i64>::new());
+    assert_eq!(replay(&mut c, "until => NULL"), p);
+    let error = c.query("SELECT * FROM streams.replay(until => -1)", &[]).unwrap_err();
+    assert_eq!(sqlstate(&error), "22023", "{error}");
+}
+
+/// `transaction_events(tx)` returns exactly one transaction's final events
+/// in position order, also when another transaction's events sit between
+/// them on the timeline; a role without 'read' on a stream does not see
+/// that stream's events in it, and a role without 'read' at all may not call it.
+#[test]
+fn transaction_events_returns_exactly_one_transactions_events() {
+    let db = TestDb::new();
+    let mut a = db.connect();
+    let mut b = db.connect();
+    publish(&mut a, "orders", r#"{"n":0}"#);
+    a.batch_execute("BEGIN").unwrap();
+    b.batch_execute("BEGIN").unwrap();
+    let mine = vec![publish(&mut a, "orders", r#"{"n":1}"#)];
+    let theirs = publish(&mut b, "orders", r#"{"n":2}"#);
+    let mine = [mine, vec![publish(&mut a, "audit", r#"{"n":3}"#), publish(&mut a, "orders", r#"{"n":4}"#)]].concat();
+    let tx: String = a.query_one("SELECT pg_current_xact_id()::text", &[]).unwrap().get(0);
+    b.batch_execute("COMMIT").unwrap();
+    a.batch_execute("COMMIT").unwrap();
+    let after = publish(&mut a, "orders", r#"{"n":5}"#);
+    wait_for_horizon(&mut a, after);
+    assert!(mine[0] < theirs && theirs < mine[1], "the other transaction's event sits between: {mine:?} {theirs}");
+    let of = |c: &mut Client, tx: &str| {
+        event_positions(c, &format!("SELECT position FROM streams.transaction_events('{tx}')"))
+    };
+    assert_eq!(of(&mut a, &tx), mine);
+    assert_eq!(of(&mut a, "999999999"), Vec::<i64>::new(), "unknown transaction: nothing");
+
+    let reader = TestRole::new(&db, "reader", "");
+    let outsider = TestRole::new(&db, "outsider", "");
+    a.batch_execute(&format!(
+        "GRANT USAGE ON SCHEMA streams TO {0}, {1}; SELECT streams.grant('read', 'orders', '{0}')",
+        reader.name, outsider.name
+    ))
+    .unwrap();
+    assert_eq!(of(&mut db.connect_as(&reader.name), &tx), vec![mine[0], mine[2]], "not the audit event");
+    let error = db
+        .connect_as(&outsider.name)
+        .query(&format!("SELECT * FROM streams.transaction_events('{tx}')"), &[])
+        .unwrap_err();
+    assert_eq!(sqlstate(&error), "42501", "{error}");
+}
+
 #[test]
 fn max_events_limits_and_pages() {
     let db = TestDb::new();

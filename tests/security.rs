@@ -207,12 +207,13 @@ fn security_definer_functions_pin_search_path_and_are_not_public() {
         "streams._refuse_change()",                  // trigger: raises, runs no SQL
         "streams._stream_matches_support(internal)", // planner support: no SQL
         "streams.get(bigint)",                       // runs as the caller, inlined into its query
-        "streams.replay(text,bigint,timestamp with time zone,xid8,integer,text[],jsonb)", // as the caller, inlined
+        "streams.replay(text,bigint,timestamp with time zone,xid8,integer,text[],jsonb,bigint)", // as the caller, inlined
+        "streams.transaction_events(xid8)", // as the caller, inlined
         "streams.publish(text,jsonb,text,text,jsonb,text,bigint)", // kept plans pinned in Rust (kept_plan.rs)
         "streams._publish_batch(text,jsonb[],text,text,jsonb,text,bigint)", // same
-        "streams._last_publish_duplicate()",         // a backend flag, runs no SQL
-        "streams._commit_time(bigint)",              // a kept plan pinned in Rust, run as the caller
-        "streams._attempt(bigint)",                  // per event: as_owner pins search_path in Rust
+        "streams._last_publish_duplicate()", // a backend flag, runs no SQL
+        "streams._commit_time(bigint)",     // a kept plan pinned in Rust, run as the caller
+        "streams._attempt(bigint)",         // per event: as_owner pins search_path in Rust
     ];
     let unpinned: Vec<String> = c
         .query(

@@ -67,6 +67,17 @@ pub(crate) fn _check_filter(filter: pgrx::JsonB) -> pgrx::JsonB {
     filter
 }
 
+/// `until`, checked: the last position a replay returns (null: no end),
+/// not negative (22023).
+#[pg_extern(sql = false, immutable, parallel_safe)]
+pub(crate) fn _replay_until(until: Option<i64>) -> i64 {
+    match until {
+        None => i64::MAX,
+        Some(n) if n < 0 => StreamsError::NegativeArgument { argument: "until", value: n }.raise(),
+        Some(n) => n,
+    }
+}
+
 /// `max_events`, checked: not null (22004), not negative (22023).
 #[pg_extern(immutable, parallel_safe)]
 pub(crate) fn _replay_limit(max_events: Option<i32>) -> i32 {
