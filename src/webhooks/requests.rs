@@ -48,8 +48,9 @@ pub(super) enum Next {
 }
 
 /// The next request of `webhook`: its events after its position up to
-/// `upto` (for a filtered webhook, at most [`FILTERED_SCAN_POSITIONS`] on). Err((why, disable)) when the webhook cannot be served (its owner
-/// lost the read privilege: disable it).
+/// `upto` (for a filtered webhook, at most [`FILTERED_SCAN_POSITIONS`] on).
+/// Err((why, disable)) when the webhook cannot be served (its owner lost
+/// the read privilege: disable it).
 pub(super) fn next_request(
     webhook: &Webhook,
     upto: i64,
