@@ -510,17 +510,34 @@ LANGUAGE sql STABLE AS $$
     LIMIT streams._replay_limit(replay.max_events)
 $$;
 
+-- streams._transaction_final(tx xid8) -> boolean
+-- Whether no event of the transaction is above the horizon. A committed
+-- transaction can be final in part, its later positions waiting behind
+-- another open transaction's. SECURITY DEFINER: row security hides events
+-- that are not final yet (the search is a scan of the log's short
+-- non-final end); granted with the 'read' privilege, not to PUBLIC.
+CREATE FUNCTION streams._transaction_final(tx xid8) RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT NOT EXISTS (
+        SELECT FROM streams.event_log l
+        WHERE l.tx = _transaction_final.tx
+          AND l.position > coalesce((SELECT h.horizon FROM streams.horizon_state h
+                                     ORDER BY h.horizon DESC LIMIT 1), 0))
+$$;
+
 -- streams.transaction_events(tx xid8) -> setof streams.events
--- The final events of one transaction, in position order (positions of
--- concurrent transactions interleave, so they need not be adjacent). A
--- transaction id used again after a restore into another cluster names its
--- newest transaction, as replay's from_tx does.
+-- The events of one transaction, in position order (positions of
+-- concurrent transactions interleave, so they need not be adjacent): all of
+-- them once every one is final, none before. A transaction id used again
+-- after a restore into another cluster names its newest transaction, as
+-- replay's from_tx does.
 CREATE FUNCTION streams.transaction_events(tx xid8) RETURNS SETOF streams.events
 LANGUAGE sql STABLE AS $$
     SELECT e.*
     FROM streams.events e
     WHERE e.tx = transaction_events.tx
       AND e.position > streams._replay_start(NULL, transaction_events.tx)
+      AND streams._transaction_final(transaction_events.tx)
     ORDER BY e.position
 $$;
 
@@ -653,7 +670,7 @@ DECLARE
             'EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb, bigint), streams.get(bigint),
                  streams.horizon(), streams.wait(bigint, interval), streams.worker_pid(), streams.log_id(),
                  streams._replay_start(timestamptz, xid8), streams.stream_head(text),
-                 streams.transaction_events(xid8)']
+                 streams.transaction_events(xid8), streams._transaction_final(xid8)']
         ELSE ARRAY[
             'EXECUTE ON FUNCTION streams.publish(text, jsonb, text, text, jsonb, text, bigint),
                  streams.publish_once(text, jsonb, text, text, text, jsonb, bigint),
@@ -787,7 +804,8 @@ COMMENT ON FUNCTION streams.get(bigint) IS 'One final event of a stream the call
 COMMENT ON FUNCTION streams._replay_check(bigint, timestamptz, xid8) IS 'Internal: at most one of after, since and from_tx.';
 COMMENT ON FUNCTION streams._replay_start(timestamptz, xid8) IS 'Internal: where a replay from a time or a transaction starts.';
 COMMENT ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb, bigint) IS 'Final events of the streams a pattern selects (''order.*.failed'': one segment per *), in position order, from a position, time or transaction, up to a position (until); types and filter (data @> filter) keep only the matching ones.';
-COMMENT ON FUNCTION streams.transaction_events(xid8) IS 'The final events of one transaction, in position order.';
+COMMENT ON FUNCTION streams.transaction_events(xid8) IS 'The events of one transaction, in position order: all of them once every one is final, none before.';
+COMMENT ON FUNCTION streams._transaction_final(xid8) IS 'Internal: whether every event of a transaction is final.';
 COMMENT ON FUNCTION streams._replay_until(bigint) IS 'Internal: replay''s until, checked (22023 when negative; null: no end).';
 COMMENT ON FUNCTION streams._stream_wildcard(text) IS 'Internal: the pattern when it has a * segment before its end.';
 COMMENT ON FUNCTION streams._check_types(text[]) IS 'Internal: a types argument, checked (22023).';

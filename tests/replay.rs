@@ -168,6 +168,47 @@ fn transaction_events_returns_exactly_one_transactions_events() {
     assert_eq!(sqlstate(&error), "42501", "{error}");
 }
 
+/// A committed transaction whose later position waits behind another open
+/// transaction is final only in part: transaction_events returns none of
+/// it until all of it is final, for the owner and for a granted reader
+/// (whose row security hides the part that is not final yet), also through
+/// the README's `get(p) g, transaction_events(g.tx)`. (Found by a hostile
+/// review: it returned the first part alone.)
+#[test]
+fn transaction_events_returns_all_of_a_transaction_or_none() {
+    let db = TestDb::new();
+    let mut a = db.connect();
+    let mut b = db.connect();
+    let reader = TestRole::new(&db, "reader", "");
+    a.batch_execute(&format!(
+        "GRANT USAGE ON SCHEMA streams TO {0}; SELECT streams.grant('read', 'orders', '{0}')",
+        reader.name
+    ))
+    .unwrap();
+    let mut r = db.connect_as(&reader.name);
+    a.batch_execute("BEGIN").unwrap();
+    b.batch_execute("BEGIN").unwrap();
+    let first = publish(&mut a, "orders", r#"{"n":1}"#);
+    let blocker = publish(&mut b, "orders", r#"{"n":2}"#);
+    let second = publish(&mut a, "orders", r#"{"n":3}"#);
+    let tx: String = a.query_one("SELECT pg_current_xact_id()::text", &[]).unwrap().get(0);
+    a.batch_execute("COMMIT").unwrap();
+    assert!(first < blocker && blocker < second);
+    wait_for_horizon(&mut a, first);
+    let by_tx = format!("SELECT position FROM streams.transaction_events('{tx}')");
+    let by_get = format!("SELECT t.position FROM streams.get({first}) g, streams.transaction_events(g.tx) t");
+    for (who, c) in [("the owner", &mut a), ("a reader", &mut r)] {
+        assert_eq!(event_positions(c, &by_tx), Vec::<i64>::new(), "{who}: none while {second} waits");
+        assert_eq!(event_positions(c, &by_get), Vec::<i64>::new(), "{who}, through get()");
+    }
+    b.batch_execute("COMMIT").unwrap();
+    wait_for_horizon(&mut a, second);
+    for (who, c) in [("the owner", &mut a), ("a reader", &mut r)] {
+        assert_eq!(event_positions(c, &by_tx), vec![first, second], "{who}: all of it once final");
+        assert_eq!(event_positions(c, &by_get), vec![first, second], "{who}, through get()");
+    }
+}
+
 #[test]
 fn max_events_limits_and_pages() {
     let db = TestDb::new();
