@@ -209,6 +209,70 @@ fn transaction_events_returns_all_of_a_transaction_or_none() {
     }
 }
 
+/// Roles short of 'read' get nothing from replay(until) and
+/// transaction_events: USAGE on the schema only (42501), pg_read_all_data
+/// (its SELECT does not pass the log's row security: no rows), and a reader
+/// of one stream sees only that stream's events, also with until.
+#[test]
+fn replay_until_and_transaction_events_give_unprivileged_roles_nothing() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    c.batch_execute("BEGIN").unwrap();
+    let o = publish(&mut c, "orders", r#"{"n":1}"#);
+    let s = publish(&mut c, "secret", r#"{"n":2}"#);
+    let tx: String = c.query_one("SELECT pg_current_xact_id()::text", &[]).unwrap().get(0);
+    c.batch_execute("COMMIT").unwrap();
+    c.batch_execute("SELECT streams.set_private('secret')").unwrap();
+    wait_for_horizon(&mut c, s);
+
+    let usage = TestRole::new(&db, "usage", "");
+    let all_data = TestRole::new(&db, "alldata", "");
+    let reader = TestRole::new(&db, "reader", "");
+    c.batch_execute(&format!(
+        "GRANT USAGE ON SCHEMA streams TO {0}, {1};
+         GRANT pg_read_all_data TO {1};
+         SELECT streams.grant('read', 'orders', '{2}')",
+        usage.name, all_data.name, reader.name
+    ))
+    .unwrap();
+    for q in [
+        format!("SELECT position FROM streams.replay(until => {s})"),
+        format!("SELECT position FROM streams.transaction_events('{tx}')"),
+    ] {
+        let error = db.connect_as(&usage.name).query(&q, &[]).unwrap_err();
+        assert_eq!(sqlstate(&error), "42501", "USAGE only: {q}: {error}");
+    }
+    let mut ad = db.connect_as(&all_data.name);
+    for q in [
+        "SELECT position FROM streams.events".to_owned(),
+        "SELECT position FROM streams.event_log".to_owned(),
+        format!("SELECT position FROM streams.event_log WHERE tx = '{tx}'"),
+    ] {
+        assert_eq!(event_positions(&mut ad, &q), Vec::<i64>::new(), "pg_read_all_data: {q}");
+    }
+    for q in [
+        format!("SELECT position FROM streams.replay(until => {s})"),
+        format!("SELECT position FROM streams.transaction_events('{tx}')"),
+    ] {
+        let error = ad.query(&q, &[]).unwrap_err();
+        assert_eq!(sqlstate(&error), "42501", "pg_read_all_data: {q}: {error}");
+    }
+    let mut r = db.connect_as(&reader.name);
+    assert_eq!(event_positions(&mut r, &format!("SELECT position FROM streams.replay(until => {s})")), vec![o]);
+    assert_eq!(
+        event_positions(&mut r, &format!("SELECT position FROM streams.replay(stream => 'secret', until => {s})")),
+        Vec::<i64>::new()
+    );
+    assert_eq!(event_positions(&mut r, &format!("SELECT position FROM streams.transaction_events('{tx}')")), vec![o]);
+    // A bad until is 22023 also for a reader, and until below after is empty.
+    let error = r.query("SELECT * FROM streams.replay(until => -9223372036854775808)", &[]).unwrap_err();
+    assert_eq!(sqlstate(&error), "22023", "{error}");
+    assert_eq!(
+        event_positions(&mut r, &format!("SELECT position FROM streams.replay(after => {s}, until => {o})")),
+        Vec::<i64>::new()
+    );
+}
+
 #[test]
 fn max_events_limits_and_pages() {
     let db = TestDb::new();
