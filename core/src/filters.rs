@@ -8,6 +8,8 @@
 //! the caller may not read. Limits keep a filter cheap to store with a
 //! subscription and to test on every event.
 
+use crate::names::StreamSelector;
+
 /// The largest `filter`, as compact JSON text.
 pub const MAX_FILTER_BYTES: usize = 4096;
 /// The most entries of `types`.
@@ -101,6 +103,18 @@ impl EventFilter {
         (sql, values)
     }
 
+    /// The SQL conditions on the events aliased `alias` that `selector`
+    /// selects and this filter lets through, with the values as text
+    /// parameters from `$n` on: what subscriptions and webhooks read.
+    pub fn events_condition(&self, selector: &StreamSelector, alias: &str, n: usize) -> (String, Vec<String>) {
+        let (mut sql, values) = selector.sql_condition(&format!("{alias}.stream"), n);
+        let mut values: Vec<String> = values.into_iter().map(str::to_owned).collect();
+        let (filter, filter_values) = self.sql_condition(alias, n + values.len());
+        sql.push_str(&filter);
+        values.extend(filter_values);
+        (sql, values)
+    }
+
     /// Whether an event of this type and data passes (the gateway tests
     /// events it already holds).
     pub fn matches(&self, event_type: Option<&str>, data: &serde_json::Value) -> bool {
@@ -175,6 +189,15 @@ mod tests {
         );
         assert_eq!(values, vec!["{\"a\",\"b\\\"c\"}".to_owned(), "{\"x\":1}".to_owned()]);
         assert_eq!(EventFilter::default().sql_condition("e", 1), (String::new(), vec![]));
+    }
+
+    #[test]
+    fn events_conditions_number_the_filter_after_the_pattern() {
+        let selector = crate::names::parse_stream_selector("orders.*").unwrap();
+        let filter = EventFilter { types: Some(vec!["paid".into()]), data: None };
+        let (sql, values) = filter.events_condition(&selector, "e", 4);
+        assert_eq!(sql, "AND e.stream >= $4 AND e.stream < $5 AND e.type = ANY ($6::pg_catalog.text[])");
+        assert_eq!(values, vec!["orders.".to_owned(), "orders/".to_owned(), "{\"paid\"}".to_owned()]);
     }
 
     #[test]

@@ -98,12 +98,7 @@ impl Subscription {
     /// events: its pattern and its filters, with the values as text
     /// parameters from `$n` on.
     pub(super) fn events_condition(&self, n: usize) -> (String, Vec<String>) {
-        let (mut sql, values) = self.selector.sql_condition("e.stream", n);
-        let mut values: Vec<String> = values.into_iter().map(str::to_owned).collect();
-        let (filter, filter_values) = self.filter.sql_condition("e", n + values.len());
-        sql.push_str(&filter);
-        values.extend(filter_values);
-        (sql, values)
+        self.filter.events_condition(&self.selector, "e", n)
     }
 }
 

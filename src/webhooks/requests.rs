@@ -172,15 +172,13 @@ fn plan_request(
     selector: &StreamSelector,
     upto: i64,
 ) -> SpiResult<Option<(i64, i64)>> {
-    let (streams, values) = selector.sql_condition("e.stream", 4);
-    let (filter, filter_values) = webhook.filter.sql_condition("e", 4 + values.len());
+    let (condition, values) = webhook.filter.events_condition(selector, "e", 4);
     let sql = format!(
         "SELECT e.position, e.data FROM streams.event_log e
-         WHERE e.position > $1 AND e.position <= $2 {streams}{filter} ORDER BY e.position LIMIT $3"
+         WHERE e.position > $1 AND e.position <= $2 {condition} ORDER BY e.position LIMIT $3"
     );
     let mut all: Vec<DatumWithOid> = vec![webhook.position.into(), upto.into(), webhook.batch.into()];
-    all.extend(values.into_iter().map(DatumWithOid::from));
-    all.extend(filter_values.iter().map(|value| DatumWithOid::from(value.as_str())));
+    all.extend(values.iter().map(|value| DatumWithOid::from(value.as_str())));
     let (mut last, mut bytes) = (None, 0i64);
     let mut rows = exec(client, &sql, None, &all)?;
     while let Some(row) = rows.next() {
@@ -198,9 +196,9 @@ fn plan_request(
     Ok(last.map(|last| (last, bytes)))
 }
 
-/// The events of the pattern in `(after, last]` that pass the filter, as the payload needs them,
-/// with their envelope when the log has one (`envelope`: not before the
-/// 0.3.0 update, whose view has no such columns).
+/// The events of the pattern in `(after, last]` that pass the filter, as
+/// the payload needs them, with their envelope when the log has one
+/// (`envelope`: not before the 0.3.0 update, whose view has no such columns).
 fn events_between<'conn>(
     client: &mut SpiClient<'conn>,
     selector: &StreamSelector,
@@ -209,8 +207,7 @@ fn events_between<'conn>(
     last: i64,
     envelope: bool,
 ) -> SpiResult<pgrx::spi::SpiTupleTable<'conn>> {
-    let (streams, values) = selector.sql_condition("e.stream", 3);
-    let (filter, filter_values) = event_filter.sql_condition("e", 3 + values.len());
+    let (condition, values) = event_filter.events_condition(selector, "e", 3);
     let envelope = if envelope { "e.type, e.key, e.headers::text" } else { "NULL::text, NULL::text, NULL::text" };
     let sql = format!(
         "SELECT e.position, e.stream::text, e.time, e.tx::text::bigint,
@@ -219,11 +216,10 @@ fn events_between<'conn>(
                           ORDER BY p.position DESC LIMIT 1), 0),
                 e.data::text, {envelope}
          FROM streams.events e
-         WHERE e.position > $1 AND e.position <= $2 {streams}{filter} ORDER BY e.position"
+         WHERE e.position > $1 AND e.position <= $2 {condition} ORDER BY e.position"
     );
     let mut all: Vec<DatumWithOid> = vec![after.into(), last.into()];
-    all.extend(values.into_iter().map(DatumWithOid::from));
-    all.extend(filter_values.iter().map(|value| DatumWithOid::from(value.as_str())));
+    all.extend(values.iter().map(|value| DatumWithOid::from(value.as_str())));
     exec(client, &sql, None, &all)
 }
 
