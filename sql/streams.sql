@@ -520,9 +520,7 @@ CREATE FUNCTION streams._transaction_final(tx xid8) RETURNS boolean
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT NOT EXISTS (
         SELECT FROM streams.event_log l
-        WHERE l.tx = _transaction_final.tx
-          AND l.position > coalesce((SELECT h.horizon FROM streams.horizon_state h
-                                     ORDER BY h.horizon DESC LIMIT 1), 0))
+        WHERE l.tx = _transaction_final.tx AND l.position > streams.horizon())
 $$;
 
 -- streams.transaction_events(tx xid8) -> setof streams.events
