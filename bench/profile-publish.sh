@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Where the server's CPU goes while pgbench publishes, against a plain INSERT
 # of the same row, side by side:
-#   bench/profile-publish.sh [clients] [seconds]
+#   bench/profile-publish.sh [clients] [seconds] [script ...]
+# (scripts in bench/; default: publish.sql plain_insert.sql)
 # Needs the local cluster (`make start`) and perf (Debian package linux-perf).
 # For each script it prints the tps, then the share of all CPU samples taken by
 # the delivery worker, the other server processes (mostly the client backends)
@@ -13,6 +14,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/common.sh"
 require_pg_bindir
 clients="${1:-8}" seconds="${2:-6}"
+scripts=("${@:3}")
+[ ${#scripts[@]} -gt 0 ] || scripts=(publish.sql plain_insert.sql)
 db=litebase_profile
 command -v perf >/dev/null || die "perf not found (apt-get install linux-perf)"
 cluster_psql -X -q -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
@@ -20,7 +23,7 @@ PGDATABASE=$db cluster_psql -X -q -c "CREATE EXTENSION litebase_streams" -f "$RE
 sleep 1
 worker="$(cluster_psql -X -At -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'litebase_streams worker' AND datname = '$db'")"
 [ -n "$worker" ] || die "no worker in $db"
-for script in publish.sql plain_insert.sql; do
+for script in "${scripts[@]}"; do
     out="$REPO_ROOT/target/profile-${script%.sql}.perf"
     "$PG_BINDIR/pgbench" -n -h "$SOCKET_DIR" -p "$PGPORT" -U postgres -f "$REPO_ROOT/bench/$script" \
         -c "$clients" -j 2 -T $((seconds + 3)) "$db" > "$out.pgbench" &
