@@ -77,5 +77,12 @@ GRANT SELECT ON streams.webhooks TO PUBLIC;
 GRANT EXECUTE ON FUNCTION streams.drop_webhook(text), streams.pause_webhook(text), streams.resume_webhook(text)
     TO PUBLIC;
 
+-- Capture: capture and uncapture check ownership of the table (and the
+-- publish privilege), snapshot lists only events the caller reads. The
+-- trigger function stays the owner's: nobody else can attach it.
+GRANT SELECT ON streams.captures TO PUBLIC;
+GRANT EXECUTE ON FUNCTION streams.capture(regclass, text, text[]), streams.uncapture(regclass),
+    streams._capture_args(bytea), streams.snapshot(text) TO PUBLIC;
+
 -- Start this database's worker when CREATE EXTENSION commits.
 SELECT streams._launch_worker();

@@ -127,6 +127,26 @@ pub enum StreamsError {
     UnknownWebhook(String),
     /// poll, ack or drop_subscription of a webhook's subscription.
     WebhookSubscription(String),
+    /// capture of something that is not an ordinary or partitioned table.
+    CaptureNotATable { table: String, kind: &'static str },
+    /// capture of a temporary table or of a partition.
+    CaptureUnsupported { table: String, reason: &'static str },
+    /// capture of a table without a key to name its rows.
+    CaptureWithoutKey(String),
+    /// capture of a table already captured.
+    AlreadyCaptured(String),
+    /// uncapture of a table not captured.
+    NotCaptured(String),
+    /// capture or uncapture by a role that does not own the table.
+    NotTableOwner(String),
+    /// capture's exclude names a column that is not there, or a key column.
+    InvalidExclude { table: String, column: String, reason: &'static str },
+    /// The capture trigger called otherwise than as capture made it.
+    CaptureMisused(&'static str),
+    /// snapshot() outside a repeatable-read transaction.
+    SnapshotNeedsRepeatableRead,
+    /// snapshot() after the transaction wrote something.
+    SnapshotAfterWrites,
 }
 
 /// What PostgreSQL reports for one error: errmsg (one line), errdetail
@@ -478,6 +498,50 @@ impl StreamsError {
                 format!("subscription \"{name}\" belongs to a webhook; its events are delivered by the extension"),
             )
             .hint("Use streams.pause_webhook, streams.resume_webhook or streams.drop_webhook; streams.seek moves it."),
+            StreamsError::CaptureNotATable { table, kind } => {
+                described(ERRCODE_WRONG_OBJECT_TYPE, format!("\"{table}\" is {kind}, not a table"))
+                    .hint("streams.capture captures ordinary and partitioned tables.")
+            }
+            StreamsError::CaptureUnsupported { table, reason } => {
+                described(ERRCODE_FEATURE_NOT_SUPPORTED, format!("cannot capture \"{table}\": {reason}"))
+            }
+            StreamsError::CaptureWithoutKey(table) => described(
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!("cannot capture \"{table}\": it has no primary key"),
+            )
+            .detail("Each captured change names its row by the primary key.")
+            .hint(format!("Add a primary key, or run ALTER TABLE {table} REPLICA IDENTITY FULL to capture whole rows.")),
+            StreamsError::AlreadyCaptured(table) => {
+                described(ERRCODE_DUPLICATE_OBJECT, format!("table \"{table}\" is already captured"))
+                    .hint("streams.uncapture it first to capture it into another stream.")
+            }
+            StreamsError::NotCaptured(table) => {
+                described(ERRCODE_UNDEFINED_OBJECT, format!("table \"{table}\" is not captured"))
+            }
+            StreamsError::NotTableOwner(table) => {
+                described(ERRCODE_INSUFFICIENT_PRIVILEGE, format!("must be owner of table \"{table}\""))
+            }
+            StreamsError::InvalidExclude { table, column, reason } => described(
+                ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("cannot exclude column \"{column}\" of \"{table}\": {reason}"),
+            ),
+            StreamsError::CaptureMisused(how) => described(
+                ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
+                format!("streams._capture() must be {how}"),
+            )
+            .hint("Capture a table with streams.capture."),
+            StreamsError::SnapshotNeedsRepeatableRead => described(
+                ERRCODE_INVALID_TRANSACTION_STATE,
+                "streams.snapshot() must run in a REPEATABLE READ or SERIALIZABLE transaction",
+            )
+            .detail("Only a transaction snapshot holds still while the tables are copied.")
+            .hint("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT * FROM streams.snapshot(); then copy."),
+            StreamsError::SnapshotAfterWrites => described(
+                ERRCODE_ACTIVE_SQL_TRANSACTION,
+                "streams.snapshot() must come before the transaction changes anything",
+            )
+            .detail("The transaction's own changes and events would be in what it reads but not in what others see.")
+            .hint("Call it first, in a new REPEATABLE READ transaction."),
         }
     }
 

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use pgrx::prelude::*;
 
+mod capture;
 mod delivery;
 mod error;
 mod ffi;
@@ -54,6 +55,7 @@ extension_sql_file!(
 );
 extension_sql_file!("../sql/subscriptions.sql", name = "subscriptions", requires = ["streams_schema"]);
 extension_sql_file!("../sql/webhooks.sql", name = "webhooks", requires = ["subscriptions"]);
+extension_sql_file!("../sql/capture.sql", name = "capture", requires = ["webhooks"]);
 extension_sql_file!("../sql/finish.sql", name = "finish", finalize);
 
 /// Set when `_PG_init` ran from `shared_preload_libraries` (inherited by every

@@ -155,6 +155,57 @@ pub unsafe extern "C-unwind" fn litebase_streams_publish_batch(fcinfo: pg_sys::F
 
 ffi::function_info_v1!(pg_finfo_litebase_streams_publish_batch);
 
+/// One event of a captured change (capture/trigger.rs): its type, key
+/// (null for a table without one) and data, as datums of the current
+/// memory context.
+#[derive(Clone, Copy)]
+pub(crate) struct Change {
+    pub type_: pg_sys::Datum,
+    pub key: Option<pg_sys::Datum>,
+    pub data: pg_sys::Datum,
+}
+
+/// The stream of a captured table, checked as [`checked_stream`] checks a
+/// publisher's, but for `publisher`, the table's owner: whoever changes the
+/// table publishes with its owner's privilege. Returns the position sequence.
+pub(crate) fn checked_stream_for(stream: &str, publisher: pg_sys::Oid) -> pg_sys::Oid {
+    validate_stream_name(stream).or_raise();
+    crate::require_preload().or_raise();
+    let sequence = position_sequence();
+    lock_log_first(sequence);
+    privileges::as_owner(publisher, || privileges::check_publish(stream, sequence));
+    sequence
+}
+
+/// Append `changes` to `stream` (checked by [`checked_stream_for`]), one
+/// position each, in order, in the caller's transaction.
+///
+/// # Safety
+/// SAFETY: inside the changing transaction, `stream_datum` the text datum of the checked stream
+/// and every datum of `changes` valid until this returns.
+pub(crate) unsafe fn append_changes(sequence: pg_sys::Oid, stream_datum: pg_sys::Datum, changes: &[Change]) {
+    if changes.is_empty() {
+        return;
+    }
+    for change in changes {
+        check_size(change.data);
+    }
+    let tx = current_tx();
+    let rows: Vec<Row> = changes
+        .iter()
+        .map(|change| {
+            let position = next_position(sequence);
+            let position = Some(pg_sys::Datum::from(position));
+            [position, Some(stream_datum), Some(tx), Some(change.data), Some(change.type_), change.key, None]
+        })
+        .collect();
+    write_as_owner(sequence, rows.iter().copied(), || {
+        for &row in &rows {
+            insert_through_spi(&INSERT_EVENT, &INSERT_EVENT_ENVELOPE, row);
+        }
+    });
+}
+
 /// What a publish asks beside its data: the envelope, an idempotency key
 /// and an expected version.
 struct Request {

@@ -1,0 +1,47 @@
+-------------------------------------------------------------------------------
+-- Table capture and the snapshot handoff (src/capture/).
+-------------------------------------------------------------------------------
+
+-- streams._capture() -> trigger
+-- The capture trigger, fired AFTER each statement on a captured table. Only
+-- the extension's owner may attach it (streams.capture does, as the owner).
+CREATE FUNCTION streams._capture() RETURNS trigger
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'litebase_streams_capture';
+COMMENT ON FUNCTION streams._capture() IS 'Internal: the capture trigger (publishes a statement''s changed rows as events).';
+
+-- streams.capture(tbl regclass, stream text DEFAULT NULL, exclude text[] DEFAULT NULL) -> text
+CREATE FUNCTION streams.capture(tbl regclass, stream text DEFAULT NULL, exclude text[] DEFAULT NULL) RETURNS text
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'capture_wrapper';
+COMMENT ON FUNCTION streams.capture(regclass, text, text[]) IS 'Publish every INSERT, UPDATE, DELETE and TRUNCATE of the table as events in the changing transaction, to stream (default schema.table), without the exclude columns; returns the stream. Needs ownership of the table and the publish privilege on the stream.';
+
+-- streams.uncapture(tbl regclass) -> void
+CREATE FUNCTION streams.uncapture(tbl regclass) RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'uncapture_wrapper';
+COMMENT ON FUNCTION streams.uncapture(regclass) IS 'End the capture of the table (its events stay in the log). Needs ownership of the table.';
+
+-- streams._capture_args(tgargs bytea) -> text[]
+CREATE FUNCTION streams._capture_args(tgargs bytea) RETURNS text[]
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', '_capture_args_wrapper';
+COMMENT ON FUNCTION streams._capture_args(bytea) IS 'Internal: a trigger''s arguments as an array.';
+
+-- One row per captured table, read from its capture triggers.
+CREATE VIEW streams.captures AS
+SELECT t.tgrelid::pg_catalog.regclass AS "table",
+       a.args[1] AS stream,
+       ARRAY(SELECT c.attname::text FROM pg_catalog.pg_attribute c
+             WHERE c.attrelid = t.tgrelid AND NOT c.attisdropped
+               AND c.attnum::text = ANY (a.args[2:])
+             ORDER BY c.attnum) AS exclude,
+       r.relowner::pg_catalog.regrole AS owner,
+       t.tgenabled <> 'D' AS enabled
+FROM pg_catalog.pg_trigger t
+JOIN pg_catalog.pg_class r ON r.oid = t.tgrelid
+CROSS JOIN LATERAL (SELECT streams._capture_args(t.tgargs) AS args) a
+WHERE t.tgfoid = 'streams._capture()'::pg_catalog.regprocedure AND t.tgname = 'streams_capture_insert';
+COMMENT ON VIEW streams.captures IS 'Captured tables: the stream their changes go to, the excluded columns, the table''s owner, and whether the capture triggers are enabled.';
+
+-- streams.snapshot(stream text DEFAULT NULL) -> (position, also_visible, snapshot_id)
+CREATE FUNCTION streams.snapshot(stream text DEFAULT NULL)
+RETURNS TABLE ("position" bigint, also_visible bigint[], snapshot_id text)
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'snapshot_wrapper';
+COMMENT ON FUNCTION streams.snapshot(text) IS 'First in a REPEATABLE READ transaction: the tables it reads hold exactly the events at or below position plus also_visible (of the streams the caller reads, narrowed by stream). Copy, commit, then apply the events after position that are not in also_visible. snapshot_id serves SET TRANSACTION SNAPSHOT in parallel copies.';
