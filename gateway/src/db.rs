@@ -34,7 +34,8 @@ pub struct Page {
     pub horizon: i64,
     pub worker_pid: Option<i32>,
     /// The page stopped at its event or byte limit: more may follow. A page
-    /// without `more` holds every matching event up to `horizon`.
+    /// without `more` holds every matching event up to `horizon`, or up to
+    /// `until` when that is lower.
     pub more: bool,
 }
 
@@ -73,6 +74,8 @@ struct PageAsk<'a> {
     pattern: &'a str,
     start: &'a Start,
     filter: &'a litebase_streams_core::filters::EventFilter,
+    /// The last position to read (inclusive); none: up to the horizon.
+    until: Option<i64>,
     limit: i32,
     max_bytes: usize,
 }
@@ -86,10 +89,11 @@ const REPLAY: &str = r#"SELECT e.position, e.stream,
        e.tx::text::bigint, e.data::text, e.type, e.key, e.headers::text
 FROM streams.replay(stream => $1, after => $2, since => $3::text::timestamptz,
                     from_tx => $4::text::xid8, max_events => $5,
-                    types => $6::text[], filter => $7::text::jsonb) e"#;
+                    types => $6::text[], filter => $7::text::jsonb, until => $8) e"#;
 
 /// [`REPLAY`] for a database not yet updated to 0.3.0, whose events have
-/// no envelope.
+/// no envelope and whose replay has no `until`: the page is cut at the
+/// first event above it instead (replay returns position order).
 const REPLAY_V0_2: &str = r#"SELECT e.position, e.stream,
        coalesce(pg_catalog.to_char(e."time" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), ''),
        e.tx::text::bigint, e.data::text, NULL::text, NULL::text, NULL::text
@@ -176,7 +180,9 @@ impl Db {
     /// A database not yet updated to 0.3.0 refuses the envelope's columns
     /// (and replay's filters): its pages are read without them (a filtered
     /// page is refused there: 400), and the new form asked for again
-    /// [`OLD_SCHEMA_RECHECK_SECS`] later.
+    /// [`OLD_SCHEMA_RECHECK_SECS`] later. There `until` is applied here: the
+    /// page ends before its first event above it, which is then left out (at
+    /// most one chunk is read past it).
     #[allow(clippy::too_many_arguments)] // replay's own arguments, each one a caller sets
     pub async fn replay_page_bytes(
         &self,
@@ -185,11 +191,12 @@ impl Db {
         pattern: &str,
         start: &Start,
         filter: &litebase_streams_core::filters::EventFilter,
+        until: Option<i64>,
         limit: i32,
         max_bytes: usize,
     ) -> Result<Page, ApiError> {
         let timer = Instant::now();
-        let ask = PageAsk { pattern, start, filter, limit, max_bytes };
+        let ask = PageAsk { pattern, start, filter, until, limit, max_bytes };
         let now = unix_secs();
         let old_schema_at = self.old_schema_at.load(Ordering::Relaxed);
         let statement = match old_schema_at != 0 && now < old_schema_at + OLD_SCHEMA_RECHECK_SECS {
@@ -231,8 +238,9 @@ impl Db {
         };
         let stmt = tx.prepare_cached(statement).await?;
         let portal = if statement == REPLAY {
-            tx.bind(&stmt, &[&ask.pattern, &after, &since, &from_tx, &ask.limit, &ask.filter.types, &ask.filter.data])
-                .await?
+            let args: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =
+                [&ask.pattern, &after, &since, &from_tx, &ask.limit, &ask.filter.types, &ask.filter.data, &ask.until];
+            tx.bind(&stmt, &args).await?
         } else if ask.filter.is_empty() {
             tx.bind(&stmt, &[&ask.pattern, &after, &since, &from_tx, &ask.limit]).await?
         } else {
@@ -242,7 +250,9 @@ impl Db {
         let mut events: Vec<Arc<Event>> = Vec::new();
         let mut bytes = 0usize;
         let mut done = false;
-        while events.len() < limit && bytes < max_bytes && !done {
+        // Only REPLAY_V0_2 returns events above `until`.
+        let until = ask.until.unwrap_or(i64::MAX);
+        'chunks: while events.len() < limit && bytes < max_bytes && !done {
             // As many rows as the bytes left allow at the average size so far.
             let average = if events.is_empty() { 0 } else { bytes / events.len() };
             let rows_left = if average == 0 { 16 } else { (max_bytes - bytes).div_ceil(average) };
@@ -250,6 +260,11 @@ impl Db {
             let rows = tx.query_portal(&portal, chunk as i32).await?;
             done = rows.len() < chunk;
             for r in &rows {
+                if r.get::<_, i64>(0) > until {
+                    // Every event up to `until` is in the page.
+                    done = true;
+                    break 'chunks;
+                }
                 let envelope = Envelope { type_: r.get(5), key: r.get(6), headers: r.get(7) };
                 let event = Event::new(r.get(0), r.get(1), r.get(2), r.get(3), envelope, r.get(4));
                 bytes += event.sse.len();

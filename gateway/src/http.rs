@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 
-use crate::app::{query, start_of, App, ConnGuard, ConnKill, EventsQuery};
+use crate::app::{query, start_of, until_of, App, ConnGuard, ConnKill, EventsQuery};
 use crate::auth::Auth;
 use crate::db::{Publish, Server, Start};
 use crate::error::ApiError;
@@ -77,15 +77,24 @@ async fn events(
     let role = &identity.role;
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
     let start = start_of(last_event_id, q.after.as_deref(), q.since.as_deref(), q.from_tx.as_deref())?;
+    let until = until_of(q.until.as_deref())?;
     let filter = pattern::parse_filter(q.types.as_deref(), q.filter.as_deref()).map_err(ApiError::invalid_parameter)?;
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !accept.contains("text/event-stream") {
-        return page(&app, role, &pattern, &start, &filter, q.max_events.as_deref()).await;
+        return page(&app, role, &pattern, &start, &filter, until, q.max_events.as_deref()).await;
+    }
+    if let (Start::After(after), Some(until)) = (&start, until) {
+        if *after >= until {
+            // Nothing left up to `until`: 204 tells an EventSource
+            // reconnecting with Last-Event-ID (the stream's last `id:` is
+            // `until`) to stop.
+            return Ok(StatusCode::NO_CONTENT.into_response());
+        }
     }
     let opened = match ConnGuard::new(&app, false) {
         Ok(guard) => {
             let kill = kill.map(|k| k.0 .0.clone()).unwrap_or_default();
-            Subscription::open(&app.hub, role, &pattern, filter, start, kill).await.map(|sub| (sub, guard))
+            Subscription::open(&app.hub, role, &pattern, filter, start, until, kill).await.map(|sub| (sub, guard))
         }
         Err(e) => Err(e),
     };
@@ -115,8 +124,10 @@ fn try_again_later(e: &ApiError) -> Body {
 }
 
 /// The response body: `retry:` first, then events and `: ping` heartbeats,
-/// polled by the connection's own task (no task or queue of its own in
-/// between). The frames are the events' own (encoded once for every client)
+/// and with `until`, once every event up to it was sent, `id: {until}` (no
+/// data: no event, but an EventSource reconnects from there and gets 204),
+/// then the end; polled by the connection's own task (no task or queue of
+/// its own in between). The frames are the events' own (encoded once for every client)
 /// rather than axum's `Sse`, which would encode each event per client.
 fn sse_body(sub: Subscription, heartbeat: Duration, expires: tokio::time::Instant, guard: ConnGuard) -> Body {
     const PING: Bytes = Bytes::from_static(b": ping\n\n");
@@ -124,23 +135,32 @@ fn sse_body(sub: Subscription, heartbeat: Duration, expires: tokio::time::Instan
         sub: Subscription,
         ping: tokio::time::Interval,
         started: bool,
+        /// `until` was reached and said: the body ends.
+        ended: bool,
         /// The token's expiry: the stream ends then (a reconnect needs a new token).
         expires: Pin<Box<tokio::time::Sleep>>,
         _guard: ConnGuard,
     }
     let ping = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
     let expires = Box::pin(tokio::time::sleep_until(expires));
-    let state = State { sub, ping, started: false, expires, _guard: guard };
+    let state = State { sub, ping, started: false, ended: false, expires, _guard: guard };
     let frames = futures_util::stream::unfold(state, |mut st| async move {
         if !st.started {
             st.started = true;
             return Some((Ok::<_, Infallible>(Bytes::from_static(b"retry: 1000\n\n")), st));
+        }
+        if st.ended {
+            return None;
         }
         // Both arms are cancel-safe: a catch-up page cut short by a ping is read again.
         let frame = tokio::select! {
             next = st.sub.next() => match next {
                 Ok((event, _)) => event.sse.clone(),
                 Err(End::Dropped) => return None,
+                Err(End::Reached(until)) => {
+                    st.ended = true;
+                    Bytes::from(format!("id: {until}\n\n"))
+                }
                 Err(End::Error(e)) => {
                     tracing::debug!(error = %e.message(), "SSE subscription ended");
                     return None;
@@ -164,6 +184,7 @@ async fn page(
     pattern: &str,
     start: &Start,
     filter: &litebase_streams_core::filters::EventFilter,
+    until: Option<i64>,
     max_events: Option<&str>,
 ) -> Result<Response, ApiError> {
     let cfg = &app.hub.cfg;
@@ -180,7 +201,8 @@ async fn page(
     // little past it); the cut here keeps the body within --max-page-bytes
     // unless its first event alone is larger.
     let max_bytes = cfg.limits.max_page_bytes;
-    let page = app.hub.db.replay_page_bytes(Server::Reader, role, pattern, start, filter, limit, max_bytes).await?;
+    let page =
+        app.hub.db.replay_page_bytes(Server::Reader, role, pattern, start, filter, until, limit, max_bytes).await?;
     let mut len = 2;
     let mut count = 0;
     for event in &page.events {

@@ -1,7 +1,10 @@
 //! One client's subscription to a pattern: registered with its topic first,
 //! then caught up by replay pages as the client's role, then live from the
 //! topic's queue, forwarding only positions above the last one it sent (see
-//! the invariant in hub.rs).
+//! the invariant in hub.rs). With `until` it ends once every event up to
+//! that position was sent: at once when the catch-up gets there, else when
+//! a live event above it comes, or when a page read every poll interval
+//! (`--poll-interval-ms`) while it waits finds the horizon past it.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -31,6 +34,13 @@ pub struct Subscription {
     seam: i64,
     caught_up: bool,
     pending: VecDeque<Arc<Event>>,
+    /// The last position to send (inclusive); none: live on.
+    until: Option<i64>,
+    /// Every event up to `until` is sent or in `pending`.
+    reached: bool,
+    /// While live short of `until`: when to read a page again (kept across
+    /// calls of `next` that a heartbeat cut short).
+    recheck: Option<tokio::time::Instant>,
 }
 
 /// Why a subscription ended.
@@ -39,6 +49,9 @@ pub enum End {
     /// The client fell behind its buffer (or lost its privilege): its connection is cut.
     Dropped,
     Error(ApiError),
+    /// Every event up to this position (the request's `until`) was sent:
+    /// the response ends normally.
+    Reached(i64),
 }
 
 impl Subscription {
@@ -51,6 +64,7 @@ impl Subscription {
         pattern: &str,
         filter: litebase_streams_core::filters::EventFilter,
         start: Start,
+        until: Option<i64>,
         kill: Arc<Notify>,
     ) -> Result<Subscription, ApiError> {
         let selector = pattern::parse(pattern).map_err(ApiError::invalid_parameter)?;
@@ -71,6 +85,9 @@ impl Subscription {
             seam: tail,
             caught_up: false,
             pending: VecDeque::new(),
+            until,
+            reached: false,
+            recheck: None,
         };
         sub.catch_up_page().await?;
         Ok(sub)
@@ -81,10 +98,17 @@ impl Subscription {
         loop {
             while let Some(event) = self.pending.pop_front() {
                 self.slot.queued.fetch_sub(event.sse.len(), Ordering::Relaxed);
-                if event.position > self.last {
+                if self.until.is_some_and(|until| event.position > until) {
+                    self.reached = true;
+                } else if event.position > self.last {
                     self.last = event.position;
                     metrics::get().sent_catchup.increment(1);
                     return Ok((event, false));
+                }
+            }
+            if let Some(until) = self.until {
+                if self.reached || self.last >= until {
+                    return Err(End::Reached(until));
                 }
             }
             if !self.caught_up {
@@ -98,10 +122,32 @@ impl Subscription {
                     Err(e) => return Err(End::Error(e)),
                 }
             }
-            match self.rx.recv().await {
+            let received = match self.until {
+                None => self.rx.recv().await,
+                Some(_) => {
+                    let poll = self.hub.cfg.poll_interval();
+                    let at = *self.recheck.get_or_insert_with(|| tokio::time::Instant::now() + poll);
+                    match tokio::time::timeout_at(at, self.rx.recv()).await {
+                        Ok(received) => received,
+                        Err(_) => {
+                            self.recheck = None;
+                            // Nothing came: the horizon may have passed `until`
+                            // without an event of this pattern. A page from the
+                            // last position sent tells.
+                            self.start = Start::After(self.last);
+                            self.caught_up = false;
+                            continue;
+                        }
+                    }
+                }
+            };
+            match received {
                 Some(event) => {
                     self.slot.queued.fetch_sub(event.sse.len(), Ordering::Relaxed);
-                    if event.position > self.last {
+                    if self.until.is_some_and(|until| event.position > until) {
+                        // Live events come in position order: all up to `until` were sent.
+                        self.reached = true;
+                    } else if event.position > self.last {
                         self.last = event.position;
                         metrics::get().sent_live.increment(1);
                         return Ok((event, true));
@@ -132,6 +178,7 @@ impl Subscription {
                 &self.topic.pattern,
                 &self.start,
                 &self.topic.filter,
+                self.until,
                 self.hub.cfg.page_size,
                 budget,
             )
@@ -150,7 +197,12 @@ impl Subscription {
         self.slot.queued.fetch_add(bytes, Ordering::Relaxed);
         self.pending.extend(page.events);
         if short {
-            if page.horizon >= self.seam {
+            if self.until.is_some_and(|until| page.horizon >= until) {
+                // Every matching event up to `until` is in this page or was sent.
+                tracing::debug!(client = self.slot.id(), last = self.last, until = self.until, "reached until");
+                self.reached = true;
+                self.caught_up = true;
+            } else if page.horizon >= self.seam {
                 tracing::debug!(client = self.slot.id(), last = self.last, horizon = page.horizon, "caught up");
                 self.caught_up = true;
             } else {

@@ -12,6 +12,12 @@
 //! reason says so): reconnect and subscribe again with `after` = the last
 //! position received. When the token expires the socket is closed with code
 //! 4001: reconnect with a new token.
+//!
+//! `/v1/ws?until=p` (a position; a bad one is 400, SQLSTATE 22023) bounds
+//! every subscription of the socket as SSE's `until` does: once every event
+//! of a subscription up to `p` was sent, `{"type":"unsubscribed","stream":…,
+//! "until":p}` follows (nothing of it after that), and when none is left the
+//! socket gets a normal close (1000).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,7 +33,7 @@ use serde::Deserialize;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
-use crate::app::{query, start_of, App, ConnGuard, EventsQuery};
+use crate::app::{query, start_of, until_of, App, ConnGuard, EventsQuery};
 use crate::auth::Identity;
 use crate::error::ApiError;
 use crate::subscription::{End, Subscription};
@@ -63,9 +69,13 @@ pub async fn upgrade(
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
     let identity = app.auth.identity(&headers, q.access_token.as_deref())?;
+    let until = until_of(q.until.as_deref())?;
     let guard = ConnGuard::new(&app, true)?;
     let max = app.hub.cfg.max_ws_message_bytes;
-    Ok(ws.max_message_size(max).max_frame_size(max).on_upgrade(move |socket| serve(app, identity, socket, guard)))
+    Ok(ws
+        .max_message_size(max)
+        .max_frame_size(max)
+        .on_upgrade(move |socket| serve(app, identity, until, socket, guard)))
 }
 
 fn text(value: serde_json::Value) -> Message {
@@ -91,15 +101,31 @@ enum Close {
     Client,
     TooSlow,
     Expired,
+    /// Every subscription got every event up to the socket's `until`.
+    Reached(i64),
 }
 
-async fn serve(app: Arc<App>, identity: Identity, socket: WebSocket, _guard: ConnGuard) {
+/// What a subscription's task shares with its socket.
+#[derive(Clone)]
+struct Link {
+    out: mpsc::Sender<Message>,
+    kill: Arc<Notify>,
+    /// The socket's `until`.
+    until: Option<i64>,
+    /// A subscription (its stream and task) that reached `until`, after its
+    /// last message was queued.
+    reached: mpsc::UnboundedSender<(String, tokio::task::Id)>,
+}
+
+async fn serve(app: Arc<App>, identity: Identity, until: Option<i64>, socket: WebSocket, _guard: ConnGuard) {
     let role = identity.role.clone();
     let expiry = tokio::time::sleep_until(identity.deadline());
     tokio::pin!(expiry);
     let (mut sink, mut incoming) = socket.split();
     let (out, mut queue) = mpsc::channel::<Message>(OUT_QUEUE);
     let kill = Arc::new(Notify::new());
+    let (reached, mut reached_rx) = mpsc::unbounded_channel();
+    let link = Link { out: out.clone(), kill: kill.clone(), until, reached };
     let mut subscriptions: HashMap<String, JoinHandle<()>> = HashMap::new();
     let heartbeat = app.hub.cfg.heartbeat();
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
@@ -115,7 +141,16 @@ async fn serve(app: Arc<App>, identity: Identity, socket: WebSocket, _guard: Con
                     }
                     Some(Ok(_)) => continue, // ping/pong
                 };
-                handle(&app, &role, text.as_str(), &out, &kill, &mut subscriptions);
+                handle(&app, &role, text.as_str(), &link, &mut subscriptions);
+            }
+            Some((stream, task)) = reached_rx.recv() => {
+                if subscriptions.get(&stream).is_some_and(|t| t.id() == task) {
+                    subscriptions.remove(&stream);
+                }
+                subscriptions.retain(|_, task| !task.is_finished());
+                if let (Some(until), true) = (until, subscriptions.is_empty()) {
+                    break Close::Reached(until);
+                }
             }
             Some(message) = queue.recv() => {
                 tokio::select! {
@@ -138,6 +173,15 @@ async fn serve(app: Arc<App>, identity: Identity, socket: WebSocket, _guard: Con
     for (_, task) in subscriptions.drain() {
         task.abort();
     }
+    if let Close::Reached(_) = close {
+        // What the subscriptions queued before they reached `until` goes first.
+        while let Ok(message) = queue.try_recv() {
+            match tokio::time::timeout(Duration::from_secs(1), sink.send(message)).await {
+                Ok(Ok(())) => {}
+                _ => return,
+            }
+        }
+    }
     let frame = match close {
         Close::Client => return,
         Close::TooSlow => CloseFrame {
@@ -147,18 +191,15 @@ async fn serve(app: Arc<App>, identity: Identity, socket: WebSocket, _guard: Con
         Close::Expired => {
             CloseFrame { code: CLOSE_TOKEN_EXPIRED, reason: "token expired: reconnect with a new one".into() }
         }
+        Close::Reached(until) => {
+            CloseFrame { code: axum::extract::ws::close_code::NORMAL, reason: format!("until {until} reached").into() }
+        }
     };
     let _ = tokio::time::timeout(Duration::from_secs(1), sink.send(Message::Close(Some(frame)))).await;
 }
 
-fn handle(
-    app: &Arc<App>,
-    role: &str,
-    text: &str,
-    out: &mpsc::Sender<Message>,
-    kill: &Arc<Notify>,
-    subscriptions: &mut HashMap<String, JoinHandle<()>>,
-) {
+fn handle(app: &Arc<App>, role: &str, text: &str, link: &Link, subscriptions: &mut HashMap<String, JoinHandle<()>>) {
+    let out = &link.out;
     subscriptions.retain(|_, task| !task.is_finished());
     let request = match serde_json::from_str::<Request>(text) {
         Ok(r) => r,
@@ -201,8 +242,7 @@ fn handle(
                 }
             };
             let hub = app.hub.clone();
-            let task =
-                tokio::spawn(run(hub, role.to_owned(), stream.clone(), filter, start, out.clone(), kill.clone()));
+            let task = tokio::spawn(run(hub, role.to_owned(), stream.clone(), filter, start, link.clone()));
             subscriptions.insert(stream, task);
         }
         "unsubscribe" => match subscriptions.remove(&stream) {
@@ -236,10 +276,10 @@ async fn run(
     pattern: String,
     filter: litebase_streams_core::filters::EventFilter,
     start: crate::db::Start,
-    out: mpsc::Sender<Message>,
-    kill: Arc<Notify>,
+    link: Link,
 ) {
-    let mut sub = match Subscription::open(&hub, &role, &pattern, filter, start, kill).await {
+    let out = link.out;
+    let mut sub = match Subscription::open(&hub, &role, &pattern, filter, start, link.until, link.kill).await {
         Ok(sub) => sub,
         Err(e) => {
             let _ = out.send(error(Some(&pattern), &e)).await;
@@ -257,6 +297,13 @@ async fn run(
                 }
             }
             Err(End::Dropped) => return,
+            Err(End::Reached(until)) => {
+                let done = serde_json::json!({"type": "unsubscribed", "stream": pattern, "until": until});
+                if out.send(text(done)).await.is_ok() {
+                    let _ = link.reached.send((pattern, tokio::task::id()));
+                }
+                return;
+            }
             Err(End::Error(e)) => {
                 let _ = out.send(error(Some(&pattern), &e)).await;
                 return;

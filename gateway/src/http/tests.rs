@@ -151,6 +151,47 @@ async fn bad_starts_and_page_sizes_are_400_with_22023() {
 }
 
 #[tokio::test]
+async fn a_bad_until_is_400_with_22023() {
+    let app = gateway(&[]);
+    for until in ["-1", "x", "1x", "", "1.5", "%2B", "9223372036854775808", "1%27or%271"] {
+        for headers in [&[][..], &[SSE][..]] {
+            let uri = format!("/v1/streams/pay.*/events?after=0&until={until}");
+            let answer = send(&app, request("GET", &uri, headers, "")).await;
+            assert_eq!(answer.status, 400, "{until:?} {headers:?}: {}", answer.body);
+            let (error, sqlstate) = answer.error();
+            assert_eq!(sqlstate.as_deref(), Some("22023"), "{until:?} {headers:?}");
+            assert!(error.starts_with("until must be a position"), "{until:?}: {error}");
+        }
+    }
+}
+
+/// An EventSource that got everything up to `until` reconnects with
+/// Last-Event-ID = until (the stream's last `id:`): 204 makes it stop, and
+/// no query is needed to say so.
+#[tokio::test]
+async fn sse_with_nothing_left_up_to_until_is_204() {
+    let app = gateway(&[]);
+    for (uri, last_event_id) in [
+        ("/v1/streams/pay.*/events?until=7", Some("7")),
+        ("/v1/streams/pay.*/events?until=7", Some("9")),
+        ("/v1/streams/pay.*/events?after=7&until=7", None),
+        ("/v1/streams/pay.*/events?after=8&until=0", None),
+    ] {
+        let mut headers = vec![SSE];
+        headers.extend(last_event_id.map(|id| ("last-event-id", id)));
+        let answer = send(&app, request("GET", uri, &headers, "")).await;
+        assert_eq!(answer.status, 204, "{uri} {last_event_id:?}: {}", answer.body);
+        assert_eq!(answer.body, "", "{uri}");
+    }
+    // Below `until` the stream opens (here: the database is away, so the
+    // EventSource is told to come back).
+    let answer =
+        send(&app, request("GET", "/v1/streams/pay.*/events?until=7", &[SSE, ("last-event-id", "6")], "")).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(answer.body.starts_with("retry: "), "{}", answer.body);
+}
+
+#[tokio::test]
 async fn a_bad_query_string_is_400() {
     let app = gateway(&[]);
     for (method, uri) in [

@@ -368,6 +368,7 @@ impl Topic {
                     &self.pattern,
                     &Start::After(tail),
                     &self.filter,
+                    None,
                     hub.cfg.page_size,
                     hub.cfg.client_buffer_bytes,
                 )
