@@ -11,12 +11,12 @@ COMMENT ON FUNCTION streams._capture() IS 'Internal: the capture trigger (publis
 
 -- streams.capture(tbl regclass, stream text DEFAULT NULL, exclude text[] DEFAULT NULL) -> text
 CREATE FUNCTION streams.capture(tbl regclass, stream text DEFAULT NULL, exclude text[] DEFAULT NULL) RETURNS text
-LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'capture_wrapper';
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'capture_wrapper';
 COMMENT ON FUNCTION streams.capture(regclass, text, text[]) IS 'Publish every INSERT, UPDATE, DELETE and TRUNCATE of the table as events in the changing transaction, to stream (default schema.table), without the exclude columns; returns the stream. Needs ownership of the table and the publish privilege on the stream.';
 
 -- streams.uncapture(tbl regclass) -> void
 CREATE FUNCTION streams.uncapture(tbl regclass) RETURNS void
-LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'uncapture_wrapper';
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'uncapture_wrapper';
 COMMENT ON FUNCTION streams.uncapture(regclass) IS 'End the capture of the table (its events stay in the log). Needs ownership of the table.';
 
 -- streams._capture_args(tgargs bytea) -> text[]
@@ -43,5 +43,5 @@ COMMENT ON VIEW streams.captures IS 'Captured tables: the stream their changes g
 -- streams.snapshot(stream text DEFAULT NULL) -> (position, also_visible, snapshot_id)
 CREATE FUNCTION streams.snapshot(stream text DEFAULT NULL)
 RETURNS TABLE ("position" bigint, also_visible bigint[], snapshot_id text)
-LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'snapshot_wrapper';
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'snapshot_wrapper';
 COMMENT ON FUNCTION streams.snapshot(text) IS 'First in a REPEATABLE READ transaction: the tables it reads hold exactly the events at or below position plus also_visible (of the streams the caller reads, narrowed by stream). Copy, commit, then apply the events after position that are not in also_visible. snapshot_id serves SET TRANSACTION SNAPSHOT in parallel copies.';

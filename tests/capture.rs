@@ -1,5 +1,7 @@
 //! Table capture and the snapshot handoff, against the real server.
 
+#![cfg(feature = "integration")]
+
 mod common;
 
 use std::collections::BTreeMap;

@@ -214,6 +214,7 @@ fn security_definer_functions_pin_search_path_and_are_not_public() {
         "streams._last_publish_duplicate()", // a backend flag, runs no SQL
         "streams._commit_time(bigint)",     // a kept plan pinned in Rust, run as the caller
         "streams._attempt(bigint)",         // per event: as_owner pins search_path in Rust
+        "streams._capture()",               // trigger: its SQL is kept plans pinned in Rust (kept_plan.rs)
     ];
     let unpinned: Vec<String> = c
         .query(
@@ -285,7 +286,9 @@ fn default_privileges_do_not_reach_the_log() {
                     OR has_table_privilege($1, c.oid, 'DELETE'))
                -- Readable by everyone on purpose; each role sees only its own rows.
                AND c.oid NOT IN ('streams.stream_grants'::regclass, 'streams.subscriptions'::regclass,
-                                 'streams.webhooks'::regclass, 'streams.dead_letters'::regclass)",
+                                 'streams.webhooks'::regclass, 'streams.dead_letters'::regclass,
+                                 -- pg_trigger, which it reads, is readable by everyone too.
+                                 'streams.captures'::regclass)",
             &[&reporting.name],
         )
         .unwrap()
