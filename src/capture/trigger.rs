@@ -201,12 +201,18 @@ impl Table {
     }
 
     /// `to_jsonb(row)`.
+    ///
+    /// # Safety
+    /// SAFETY: `row` is a composite datum of the described relation's row type; to_jsonb raises (through pgrx's guard) on failure and allocates in the current memory context.
     unsafe fn json(&self, row: pg_sys::Datum) -> pg_sys::Datum {
         pg_sys::FunctionCall1Coll(mutable(&self.to_jsonb), pg_sys::InvalidOid, row)
     }
 
     /// `row - names` (jsonb minus a text[] of keys), or `row` when there is
     /// nothing to remove.
+    ///
+    /// # Safety
+    /// SAFETY: `row` is a jsonb datum and `names` a text[] datum, both valid in the current memory context.
     unsafe fn without(&self, row: pg_sys::Datum, names: Option<pg_sys::Datum>) -> pg_sys::Datum {
         match names {
             Some(names) => pg_sys::FunctionCall2Coll(mutable(&self.delete), pg_sys::InvalidOid, row, names),
@@ -215,6 +221,9 @@ impl Table {
     }
 
     /// A key's JSON object as the event's text key (at most 1,024 bytes: 22023).
+    ///
+    /// # Safety
+    /// SAFETY: `key` is a jsonb datum; jsonb_out returns a NUL-terminated string in the current memory context.
     unsafe fn key_text(&self, key: pg_sys::Datum) -> pg_sys::Datum {
         let text = pg_sys::FunctionCall1Coll(mutable(&self.output), pg_sys::InvalidOid, key).cast_mut_ptr::<c_char>();
         envelope::check_key(&CStr::from_ptr(text).to_string_lossy()).map_err(crate::log::envelope::invalid).or_raise();
@@ -229,6 +238,9 @@ fn mutable(info: &pg_sys::FmgrInfo) -> *mut pg_sys::FmgrInfo {
 }
 
 /// A jsonb object of `fields` (each a jsonb datum), in order.
+///
+/// # Safety
+/// SAFETY: each value is a jsonb datum valid until this returns; the keys are static C strings, and the built value is copied into a new jsonb in the current memory context.
 unsafe fn object(fields: &[(&CStr, pg_sys::Datum)]) -> pg_sys::Datum {
     use pg_sys::JsonbIteratorToken::{WJB_BEGIN_OBJECT, WJB_END_OBJECT, WJB_KEY, WJB_VALUE};
     let mut state: *mut pg_sys::JsonbParseState = std::ptr::null_mut();
@@ -261,6 +273,9 @@ struct Transition {
 }
 
 impl Transition {
+    ///
+    /// # Safety
+    /// SAFETY: `store` is one of the firing trigger's transition tables, alive until the trigger returns, and `desc` the relation's descriptor; the slot lives in the caller's memory context.
     unsafe fn open(store: *mut pg_sys::Tuplestorestate, desc: pg_sys::TupleDesc) -> Transition {
         let pointer = pg_sys::tuplestore_alloc_read_pointer(store, pg_sys::EXEC_FLAG_REWIND as i32);
         pg_sys::tuplestore_select_read_pointer(store, pointer);
@@ -270,12 +285,18 @@ impl Transition {
     }
 
     /// The next row as a composite datum (a copy in the current memory context).
+    ///
+    /// # Safety
+    /// SAFETY: after `open`, while the trigger runs; the datum is copied into the current memory context, so it outlives the slot's next row.
     unsafe fn next(&mut self) -> Option<pg_sys::Datum> {
         pg_sys::tuplestore_select_read_pointer(self.store, self.pointer);
         pg_sys::tuplestore_gettupleslot(self.store, true, false, self.slot)
             .then(|| pg_sys::ExecFetchSlotHeapTupleDatum(self.slot))
     }
 
+    ///
+    /// # Safety
+    /// SAFETY: once, after `open`; gives the table's active read pointer back to other triggers.
     unsafe fn close(self) {
         pg_sys::ExecDropSingleTupleTableSlot(self.slot);
         pg_sys::tuplestore_select_read_pointer(self.store, 0);
@@ -295,6 +316,9 @@ struct Batch {
 }
 
 impl Batch {
+    ///
+    /// # Safety
+    /// SAFETY: inside the firing trigger, `stream` a text datum of the caller's memory context; the chunk context is a child of it, freed on abort with it.
     unsafe fn new(sequence: pg_sys::Oid, stream: pg_sys::Datum) -> Batch {
         let text = |t: &str| t.into_datum().expect("a text datum");
         let types = [text("insert"), text("delete"), text("update"), text("truncate")];
@@ -310,6 +334,9 @@ impl Batch {
         Batch { sequence, stream, types, changes: Vec::with_capacity(CHUNK_ROWS), chunk, caller }
     }
 
+    ///
+    /// # Safety
+    /// SAFETY: `change`'s datums live in the chunk context, which is reset only after they are written.
     unsafe fn push(&mut self, change: Change) {
         self.changes.push(change);
         if self.changes.len() >= CHUNK_ROWS {
@@ -318,6 +345,9 @@ impl Batch {
     }
 
     /// Publish the pending changes and free their memory.
+    ///
+    /// # Safety
+    /// SAFETY: inside the changing transaction, after `checked_stream_for`; the datums of the changes are written before the chunk context is reset.
     unsafe fn flush(&mut self) {
         publish::append_changes(self.sequence, self.stream, &self.changes);
         self.changes.clear();
@@ -325,6 +355,9 @@ impl Batch {
         pg_sys::check_for_interrupts!();
     }
 
+    ///
+    /// # Safety
+    /// SAFETY: once, last: switches back to the caller's context before the chunk context is deleted.
     unsafe fn finish(self) {
         pg_sys::MemoryContextSwitchTo(self.caller);
         pg_sys::MemoryContextDelete(self.chunk);
