@@ -112,15 +112,27 @@ fn changes_become_events_of_the_changing_transaction() {
                            "old": {"id": 5, "customer": "cy", "amount": 5, "note": null}})
     );
 
-    // A multi-row statement is one batch, in order; uncapture ends it, DROP TABLE too.
+    // A multi-row statement is one batch, in order, also when its
+    // transition tables spill to disk (past work_mem, read back in chunks).
+    c.batch_execute("SET work_mem = '64kB'").unwrap();
     c.batch_execute("INSERT INTO orders SELECT g, 'many', g, 'x' FROM generate_series(100, 2600) g").unwrap();
+    c.batch_execute("UPDATE orders SET amount = amount + 1 WHERE customer = 'many'").unwrap();
+    c.batch_execute("RESET work_mem").unwrap();
     settle(&mut c);
-    let many: Vec<i64> = events(&mut c, "public.orders")
-        .iter()
-        .filter(|e| e.1 == "insert" && e.3["new"]["customer"] == "many")
-        .map(|e| e.3["new"]["id"].as_i64().unwrap())
+    let got = events(&mut c, "public.orders");
+    let many = |kind: &'static str| got.iter().filter(move |e| e.1 == kind && e.3["new"]["customer"] == "many");
+    let inserted: Vec<i64> = many("insert").map(|e| e.3["new"]["id"].as_i64().unwrap()).collect();
+    assert_eq!(inserted, (100..=2600).collect::<Vec<_>>());
+    let mut updated: Vec<i64> = many("update")
+        .map(|e| {
+            // Each update pairs a row's old and new version.
+            assert_eq!(e.3["old"]["id"], e.3["new"]["id"], "{}", e.3);
+            assert_eq!(e.3["new"]["amount"].as_i64().unwrap(), e.3["new"]["id"].as_i64().unwrap() + 1);
+            e.3["new"]["id"].as_i64().unwrap()
+        })
         .collect();
-    assert_eq!(many, (100..=2600).collect::<Vec<_>>());
+    updated.sort();
+    assert_eq!(updated, (100..=2600).collect::<Vec<_>>());
     c.batch_execute("SELECT streams.uncapture('orders'); INSERT INTO orders VALUES (9000, 'after', 1, 'x')").unwrap();
     let captured: i64 = c.query_one("SELECT count(*) FROM streams.captures", &[]).unwrap().get(0);
     assert_eq!(captured, 0);

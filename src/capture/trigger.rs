@@ -286,12 +286,21 @@ impl Transition {
 
     /// The next row as a composite datum (a copy in the current memory context).
     ///
+    /// The slot is cleared before returning: a table spilled to disk reads
+    /// each row into the current memory context (the chunk's, reset after
+    /// each chunk) and lets the slot free it, so the slot must not hold it
+    /// past this call.
+    ///
     /// # Safety
     /// SAFETY: after `open`, while the trigger runs; the datum is copied into the current memory context, so it outlives the slot's next row.
     unsafe fn next(&mut self) -> Option<pg_sys::Datum> {
         pg_sys::tuplestore_select_read_pointer(self.store, self.pointer);
-        pg_sys::tuplestore_gettupleslot(self.store, true, false, self.slot)
-            .then(|| pg_sys::ExecFetchSlotHeapTupleDatum(self.slot))
+        if !pg_sys::tuplestore_gettupleslot(self.store, true, false, self.slot) {
+            return None;
+        }
+        let row = pg_sys::ExecFetchSlotHeapTupleDatum(self.slot);
+        pg_sys::ExecClearTuple(self.slot);
+        Some(row)
     }
 
     ///
