@@ -33,12 +33,43 @@ SELECT t.tgrelid::pg_catalog.regclass AS "table",
                AND c.attnum::text = ANY (a.args[2:])
              ORDER BY c.attnum) AS exclude,
        r.relowner::pg_catalog.regrole AS owner,
-       t.tgenabled <> 'D' AS enabled
-FROM pg_catalog.pg_trigger t
+       (SELECT pg_catalog.count(*) = 4 FROM pg_catalog.pg_trigger e
+        WHERE e.tgrelid = t.tgrelid AND e.tgfoid = t.tgfoid AND e.tgenabled IN ('O', 'A')) AS enabled
+FROM (SELECT DISTINCT ON (g.tgrelid) g.tgrelid, g.tgfoid, g.tgargs FROM pg_catalog.pg_trigger g
+      WHERE g.tgfoid = 'streams._capture()'::pg_catalog.regprocedure
+      ORDER BY g.tgrelid, g.tgname) t
 JOIN pg_catalog.pg_class r ON r.oid = t.tgrelid
-CROSS JOIN LATERAL (SELECT streams._capture_args(t.tgargs) AS args) a
-WHERE t.tgfoid = 'streams._capture()'::pg_catalog.regprocedure AND t.tgname = 'streams_capture_insert';
-COMMENT ON VIEW streams.captures IS 'Captured tables: the stream their changes go to, the excluded columns, the table''s owner, and whether the capture triggers are enabled.';
+CROSS JOIN LATERAL (SELECT streams._capture_args(t.tgargs) AS args) a;
+COMMENT ON VIEW streams.captures IS 'Captured tables: the stream their changes go to, the excluded columns, the table''s owner, and whether all four capture triggers are there and enabled (false: some changes are not captured).';
+
+-- streams._capture_guard() -> event_trigger
+-- A captured table may not become a partition or join an inheritance tree
+-- (as a child or a parent): changes made through the parent, or to a
+-- child, fire none of its statement triggers, so they would be missed.
+CREATE FUNCTION streams._capture_guard() RETURNS event_trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    captured pg_catalog.regclass;
+BEGIN
+    SELECT t.tgrelid::pg_catalog.regclass INTO captured
+    FROM pg_catalog.pg_event_trigger_ddl_commands() d
+    JOIN pg_catalog.pg_inherits i ON d.objid IN (i.inhrelid, i.inhparent)
+    JOIN pg_catalog.pg_trigger t ON t.tgrelid IN (i.inhrelid, i.inhparent)
+    WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+      AND t.tgfoid = 'streams._capture()'::pg_catalog.regprocedure
+    LIMIT 1;
+    IF captured IS NOT NULL THEN
+        RAISE EXCEPTION 'captured table % cannot be part of a partition or inheritance tree', captured
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'Changes made through a parent table, or to a child table, would not be captured.',
+                  HINT = 'streams.uncapture the table first.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION streams._capture_guard() IS 'Internal: refuses DDL that puts a captured table into a partition or inheritance tree.';
+CREATE EVENT TRIGGER streams_capture_guard ON ddl_command_end
+    WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE')
+    EXECUTE FUNCTION streams._capture_guard();
 
 -- streams.snapshot(stream text DEFAULT NULL) -> (position, also_visible, snapshot_id)
 CREATE FUNCTION streams.snapshot(stream text DEFAULT NULL)

@@ -75,11 +75,19 @@ fn target(client: &SpiClient<'_>, table: pg_sys::Oid) -> Target {
 }
 
 /// Lock the table as CREATE TRIGGER does, so that nothing changes it
-/// between the checks and the triggers.
-fn lock(table: pg_sys::Oid) {
-    // SAFETY: a relation lock inside the caller's transaction; a missing relation (a regclass
-    // whose table was dropped) is reported by the lookup that follows.
-    unsafe { pg_sys::LockRelationOid(table, pg_sys::ShareRowExclusiveLock as pg_sys::LOCKMODE) };
+/// between the checks and the triggers; only for the table's owner (42501
+/// first, as LOCK TABLE does): anyone else's wait for the lock would queue
+/// every later writer of the table behind it.
+fn lock_owned(table: pg_sys::Oid) {
+    // SAFETY: catalog lookups and a relation lock inside the caller's transaction; a missing
+    // relation (a regclass whose table was dropped) is reported by the lookup that follows.
+    unsafe {
+        let name = pg_sys::get_rel_name(table);
+        if !name.is_null() && !pg_sys::pg_class_ownercheck(table, pg_sys::GetUserId()) {
+            StreamsError::NotTableOwner(std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()).raise();
+        }
+        pg_sys::LockRelationOid(table, pg_sys::ShareRowExclusiveLock as pg_sys::LOCKMODE);
+    }
 }
 
 /// `streams.capture(tbl regclass, stream text, exclude text[]) → text`:
@@ -88,7 +96,7 @@ fn lock(table: pg_sys::Oid) {
 fn capture(table: Option<pg_sys::Oid>, stream: Option<&str>, exclude: Option<Vec<Option<String>>>) -> String {
     let table = table.ok_or(StreamsError::NullArgument("tbl")).or_raise();
     crate::require_preload().or_raise();
-    lock(table);
+    lock_owned(table);
     Spi::connect_mut(|client| {
         let target = target(client, table);
         check_capturable(&target);
@@ -198,7 +206,7 @@ fn excluded_columns(client: &SpiClient<'_>, table: pg_sys::Oid, name: &str, excl
 #[pg_extern(sql = false)]
 fn uncapture(table: Option<pg_sys::Oid>) {
     let table = table.ok_or(StreamsError::NullArgument("tbl")).or_raise();
-    lock(table);
+    lock_owned(table);
     Spi::connect_mut(|client| {
         let target = target(client, table);
         if !target.owned {

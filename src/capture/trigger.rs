@@ -29,12 +29,13 @@ use pgrx::IntoDatum;
 
 use crate::error::{OrRaise, StreamsError};
 use crate::ffi;
-use crate::log::privileges;
 use crate::log::publish::{self, Change};
 use litebase_streams_core::envelope;
 
-/// Rows converted and published per step.
+/// Rows converted and published per step, at most.
 const CHUNK_ROWS: usize = 1000;
+/// Memory a step may take, at most (past one row): large rows go out a few at a time.
+const CHUNK_BYTES: usize = 16 * 1024 * 1024;
 
 /// `streams._capture() → trigger`, declared in sql/capture.sql.
 ///
@@ -84,23 +85,51 @@ pub unsafe extern "C-unwind" fn litebase_streams_capture(fcinfo: pg_sys::Functio
     if op == pg_sys::TRIGGER_EVENT_TRUNCATE {
         out.push(Change { type_, key: None, data: object(&[]) });
     }
-    privileges::as_owner(owner, || loop {
-        let old_row = old.as_mut().and_then(|t| t.next());
-        let new_row = new.as_mut().and_then(|t| t.next());
-        if old_row.is_none() && new_row.is_none() {
-            break;
-        }
-        out.push(table.change(type_, old_row, new_row));
-    });
+    let mut rows_left = true;
+    while rows_left {
+        // A chunk's rows become JSON as the table's owner, then the chunk is published.
+        as_table_owner(owner, || {
+            while !out.full() {
+                let old_row = old.as_mut().and_then(|t| t.next());
+                let new_row = new.as_mut().and_then(|t| t.next());
+                if old_row.is_none() && new_row.is_none() {
+                    rows_left = false;
+                    break;
+                }
+                out.push(table.change(type_, old_row, new_row));
+            }
+        });
+        out.flush();
+    }
     for transition in [old, new].into_iter().flatten() {
         transition.close();
     }
-    out.flush();
     out.finish();
     pg_sys::Datum::from(0)
 }
 
 ffi::function_info_v1!(pg_finfo_litebase_streams_capture);
+
+/// Run `body` (the table owner's code: a column type's cast to json) as
+/// `owner`, as a security-restricted operation whose settings are undone
+/// afterwards, as PostgreSQL runs an index expression in maintenance: the
+/// owner's code may not SET ROLE or leave a `search_path` of its choosing
+/// in the writer's session.
+///
+/// # Safety
+/// SAFETY: inside the firing trigger; an ERROR in `body` aborts the (sub)transaction, which
+/// restores the user id and the settings itself.
+unsafe fn as_table_owner<R>(owner: pg_sys::Oid, body: impl FnOnce() -> R) -> R {
+    let (mut saved_user, mut saved_context) = (pg_sys::InvalidOid, 0);
+    pg_sys::GetUserIdAndSecContext(&mut saved_user, &mut saved_context);
+    let restricted = pg_sys::SECURITY_LOCAL_USERID_CHANGE | pg_sys::SECURITY_RESTRICTED_OPERATION;
+    pg_sys::SetUserIdAndSecContext(owner, saved_context | restricted as i32);
+    let settings = pg_sys::NewGUCNestLevel();
+    let result = body();
+    pg_sys::AtEOXact_GUC(false, settings);
+    pg_sys::SetUserIdAndSecContext(saved_user, saved_context);
+    result
+}
 
 /// What a statement's events need to know about the table, read from the
 /// relation cache at each statement.
@@ -138,7 +167,9 @@ impl Table {
             }
             let name = CStr::from_ptr(attribute.attname.data.as_ptr()).to_string_lossy().into_owned();
             let is_excluded = excluded.contains(&attribute.attnum);
-            if !member(key, attribute.attnum) {
+            // An excluded column stays out of the key too (the key may have
+            // changed to include it since the capture).
+            if is_excluded || !member(key, attribute.attnum) {
                 drop_key.push(name.clone());
             }
             if is_excluded || !member(identity, attribute.attnum) {
@@ -348,12 +379,17 @@ impl Batch {
     /// SAFETY: `change`'s datums live in the chunk context, which is reset only after they are written.
     unsafe fn push(&mut self, change: Change) {
         self.changes.push(change);
-        if self.changes.len() >= CHUNK_ROWS {
-            self.flush();
-        }
     }
 
-    /// Publish the pending changes and free their memory.
+    /// Whether the chunk is to be published now: [`CHUNK_ROWS`] rows, or
+    /// [`CHUNK_BYTES`] of memory (rows, their JSON, the events).
+    fn full(&self) -> bool {
+        // SAFETY: the chunk context lives as long as the batch.
+        self.changes.len() >= CHUNK_ROWS
+            || unsafe { pg_sys::MemoryContextMemAllocated(self.chunk, true) } >= CHUNK_BYTES
+    }
+
+    /// Publish the pending changes (if any) and free their memory.
     ///
     /// # Safety
     /// SAFETY: inside the changing transaction, after `checked_stream_for`; the datums of the changes are written before the chunk context is reset.
