@@ -43,6 +43,7 @@ fn changes_become_events_of_the_changing_transaction() {
          SELECT streams.capture('orders', exclude => '{card}');",
     )
     .unwrap();
+    let mut listener = Listener::new(&db, &["public.orders"]);
     // Each transaction its own simple query (a BEGIN would take in the statements before it).
     c.batch_execute("INSERT INTO orders VALUES (1, 'ann', 10, '4111'), (2, 'bob', 20, '4222')").unwrap();
     c.batch_execute("BEGIN; INSERT INTO orders VALUES (3, 'gone', 1, 'x'); ROLLBACK").unwrap();
@@ -95,6 +96,12 @@ fn changes_become_events_of_the_changing_transaction() {
         .unwrap()
         .get(0);
     assert_eq!(leaked, 0);
+    // Nor any notification: LISTEN gets the same five events, without it.
+    let notified = listener.collect(5, Duration::from_secs(10));
+    let notified_data: Vec<&serde_json::Value> = notified.iter().map(|n| &n["data"]).collect();
+    let stored_data: Vec<&serde_json::Value> = got.iter().map(|e| &e.3).collect();
+    assert_eq!(notified_data, stored_data);
+    assert!(notified.iter().all(|n| !n.to_string().contains("4111") && !n.to_string().contains("card")));
 
     // REPLICA IDENTITY FULL: old is the whole row; a new column shows at once.
     c.batch_execute(
