@@ -29,8 +29,8 @@ from common import DB, BenchError, connect, f0, fx, info, med, reps_str, rotatio
 ORDER = 17
 FULL = dict(capture_clients=[8, 32], bulk_rows=100_000, bulk_reps=3, handoff_rows=1_000_000,
             handoff_writers=4, handoff_rate=500, handoff_secs=40)
-QUICK = dict(capture_clients=[8], bulk_rows=20_000, bulk_reps=1, handoff_rows=50_000,
-             handoff_writers=2, handoff_rate=200, handoff_secs=6)
+QUICK = dict(capture_clients=[8], bulk_rows=10_000, bulk_reps=1, handoff_rows=20_000,
+             handoff_writers=2, handoff_rate=200, handoff_secs=3)
 
 STREAM = "bench.orders"  # the stream of SETUP's capture
 BIG_STREAM = "bench.big"
