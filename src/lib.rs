@@ -78,7 +78,7 @@ pub extern "C-unwind" fn _PG_init() {
     // functions require: single-threaded, before any backend or worker is forked.
     unsafe {
         shmem::init();
-        log::publish::init();
+        log::announce::init();
         hooks::drop_database::init();
     }
     delivery::launcher::init();

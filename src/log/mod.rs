@@ -8,6 +8,7 @@
 //! position and leaves only at commit or abort, so the horizon never passes
 //! a position that may still appear (see litebase_streams_core::horizon).
 
+pub mod announce;
 pub mod append;
 pub mod catalog;
 pub mod commit_times;
