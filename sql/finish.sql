@@ -83,6 +83,8 @@ GRANT EXECUTE ON FUNCTION streams.drop_webhook(text), streams.pause_webhook(text
 GRANT SELECT ON streams.captures TO PUBLIC;
 GRANT EXECUTE ON FUNCTION streams.capture(regclass, text, text[]), streams.uncapture(regclass),
     streams._capture_args(bytea), streams.snapshot(text) TO PUBLIC;
+-- Redaction: whether the caller itself may redact (redact and the audit table come with the grant).
+GRANT EXECUTE ON FUNCTION streams._may_redact(text) TO PUBLIC;
 
 -- Start this database's worker when CREATE EXTENSION commits.
 SELECT streams._launch_worker();

@@ -938,6 +938,9 @@ DECLARE
                  streams.horizon(), streams.wait(bigint, interval), streams.worker_pid(), streams.log_id(),
                  streams._replay_start(timestamptz, xid8), streams.stream_head(text),
                  streams.transaction_events(xid8), streams._transaction_final(xid8)']
+        WHEN 'redact' THEN ARRAY[
+            'SELECT ON streams.redactions',
+            'EXECUTE ON FUNCTION streams.redact(bigint, text), streams.redact_matching(text, text, jsonb, text)']
         ELSE ARRAY[
             'EXECUTE ON FUNCTION streams.publish(text, jsonb, text, text, jsonb, text, bigint),
                  streams.publish_once(text, jsonb, text, text, text, jsonb, bigint),
@@ -1106,3 +1109,77 @@ REVOKE EXECUTE ON FUNCTION streams._capture(), streams._capture_guard() FROM PUB
 GRANT SELECT ON streams.captures TO PUBLIC;
 GRANT EXECUTE ON FUNCTION streams.capture(regclass, text, text[]), streams.uncapture(regclass),
     streams._capture_args(bytea), streams.snapshot(text) TO PUBLIC;
+
+-------------------------------------------------------------------------------
+-- Redaction (issue 27, point 4): a 'redact' stream privilege, streams.redact,
+-- streams.redact_matching and the streams.redactions record; the
+-- immutability trigger becomes C so that it can tell a redaction's UPDATE.
+-------------------------------------------------------------------------------
+
+ALTER TABLE streams.stream_grants DROP CONSTRAINT stream_grants_privilege_check,
+    ADD CONSTRAINT stream_grants_privilege_check CHECK (privilege IN ('read', 'publish', 'redact'));
+
+CREATE OR REPLACE FUNCTION streams._check_grant(privilege text, stream text, role regrole) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF privilege IS NULL OR stream IS NULL OR role IS NULL THEN
+        RAISE EXCEPTION 'streams.grant/revoke: privilege, stream and role must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF privilege NOT IN ('read', 'publish', 'redact') THEN
+        RAISE EXCEPTION 'unknown stream privilege "%"', privilege
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ''read'', ''publish'' or ''redact''.';
+    END IF;
+    PERFORM streams._stream_exact(stream);  -- raises 22023 for a malformed name or pattern
+END
+$$;
+
+CREATE OR REPLACE FUNCTION streams._refuse_change() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'litebase_streams_refuse_change';
+COMMENT ON FUNCTION streams._refuse_change() IS 'Trigger: refuses UPDATE, DELETE and TRUNCATE of stored events (but a redaction''s UPDATE).';
+
+-- streams._may_redact(stream text) -> boolean
+-- Whether the current user holds a 'redact' grant covering `stream` (null:
+-- any stream), as a member of the grantee. No bypass for superusers or the
+-- extension's owner: the grant is the record of who may erase.
+CREATE FUNCTION streams._may_redact(stream text) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    WITH RECURSIVE member_of(role) AS (
+        SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user
+        UNION
+        SELECT m.roleid FROM pg_catalog.pg_auth_members m JOIN member_of ON m.member = member_of.role
+    )
+    SELECT EXISTS (SELECT FROM streams.stream_grants g
+                   WHERE g.privilege = 'redact'
+                     AND g.grantee::pg_catalog.oid IN (SELECT role FROM member_of)
+                     AND (_may_redact.stream IS NULL
+                          OR streams._stream_matches(_may_redact.stream, ARRAY[g.stream::text])))
+$$;
+COMMENT ON FUNCTION streams._may_redact(text) IS 'Internal: whether the current user holds a redact grant covering the stream (null: any).';
+
+-- One row per redacted event: readable by the roles that may redact its stream.
+CREATE TABLE streams.redactions (
+    "position"  bigint PRIMARY KEY,
+    stream      text COLLATE "C" NOT NULL,
+    redacted_by regrole NOT NULL,
+    redacted_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    reason      text NOT NULL
+);
+ALTER TABLE streams.redactions ENABLE ROW LEVEL SECURITY;
+CREATE POLICY redactors ON streams.redactions FOR SELECT USING (streams._may_redact(stream));
+SELECT pg_catalog.pg_extension_config_dump('streams.redactions', '');
+COMMENT ON TABLE streams.redactions IS 'Every redaction: the event''s position and stream, who redacted it, when and why. Readable by the roles granted redact on the stream.';
+
+-- streams.redact(position bigint, reason text) -> boolean
+CREATE FUNCTION streams.redact("position" bigint, reason text) RETURNS boolean
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'redact_wrapper';
+COMMENT ON FUNCTION streams.redact(bigint, text) IS 'Replace the data of the final event at position with {"redacted": true} (headers with null; position, stream, time, tx, type and key stay) and record it in streams.redactions; false when it was redacted already. Needs the redact grant on the event''s stream.';
+
+-- streams.redact_matching(stream text, reason text, filter jsonb DEFAULT NULL, key text DEFAULT NULL) -> bigint
+CREATE FUNCTION streams.redact_matching(stream text, reason text, filter jsonb DEFAULT NULL, key text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'redact_matching_wrapper';
+COMMENT ON FUNCTION streams.redact_matching(text, text, jsonb, text) IS 'Redact every final event of the stream whose data contains filter and whose key is key (at least one of them; filter => ''{}'' selects all); returns how many. Needs the redact grant on the stream.';
+REVOKE EXECUTE ON FUNCTION streams.redact(bigint, text), streams.redact_matching(text, text, jsonb, text) FROM PUBLIC;
+REVOKE ALL ON streams.redactions FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION streams._may_redact(text) TO PUBLIC;

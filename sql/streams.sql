@@ -136,17 +136,12 @@ SELECT pg_catalog.pg_extension_config_dump('streams.position_seq', '');
 
 -- Immutability: UPDATE, DELETE and TRUNCATE of stored events fail for
 -- everyone, owner and superusers included (ENABLE ALWAYS: also under
--- session_replication_role = replica).
+-- session_replication_role = replica). The one exception is the UPDATE of
+-- streams.redact and streams.redact_matching (src/log/redact.rs), which the
+-- trigger recognises by a flag only that code sets.
 CREATE FUNCTION streams._refuse_change() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    RAISE EXCEPTION 'streams: stored events are immutable; % on %.% is not allowed',
-        TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME
-        USING ERRCODE = 'object_not_in_prerequisite_state',
-              HINT = 'Publish a new event that corrects or supersedes the old one.';
-END
-$$;
-COMMENT ON FUNCTION streams._refuse_change() IS 'Trigger: refuses UPDATE, DELETE and TRUNCATE of stored events.';
+LANGUAGE c AS 'MODULE_PATHNAME', 'litebase_streams_refuse_change';
+COMMENT ON FUNCTION streams._refuse_change() IS 'Trigger: refuses UPDATE, DELETE and TRUNCATE of stored events (but a redaction''s UPDATE).';
 
 CREATE TRIGGER event_log_immutable BEFORE UPDATE OR DELETE OR TRUNCATE ON streams.event_log
     FOR EACH STATEMENT EXECUTE FUNCTION streams._refuse_change();
@@ -196,14 +191,14 @@ ALTER TABLE streams.horizon_state ENABLE ALWAYS TRIGGER one_row;
 -- Privileges: who may read and publish which streams (see also "Granting")
 -------------------------------------------------------------------------------
 
--- One row per grant: `grantee` may `privilege` ('read' or 'publish') the
+-- One row per grant: `grantee` may `privilege` ('read', 'publish' or 'redact') the
 -- streams `stream` selects (an exact name, 'prefix.*' or '*'). Written only
 -- through streams.grant and streams.revoke. Every role may select it, and
 -- row-level security shows each role only the grants it holds (directly or
 -- through a role it is a member of); the owner and superusers see all.
 CREATE TABLE streams.stream_grants (
     grantee   regrole NOT NULL,
-    privilege text NOT NULL CHECK (privilege IN ('read', 'publish')),
+    privilege text NOT NULL CHECK (privilege IN ('read', 'publish', 'redact')),
     stream    text COLLATE "C" NOT NULL,
     PRIMARY KEY (grantee, privilege, stream)
 );
@@ -647,9 +642,9 @@ BEGIN
         RAISE EXCEPTION 'streams.grant/revoke: privilege, stream and role must not be null'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    IF privilege NOT IN ('read', 'publish') THEN
+    IF privilege NOT IN ('read', 'publish', 'redact') THEN
         RAISE EXCEPTION 'unknown stream privilege "%"', privilege
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ''read'' or ''publish''.';
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Use ''read'', ''publish'' or ''redact''.';
     END IF;
     PERFORM streams._stream_exact(stream);  -- raises 22023 for a malformed name or pattern
 END
@@ -669,6 +664,9 @@ DECLARE
                  streams.horizon(), streams.wait(bigint, interval), streams.worker_pid(), streams.log_id(),
                  streams._replay_start(timestamptz, xid8), streams.stream_head(text),
                  streams.transaction_events(xid8), streams._transaction_final(xid8)']
+        WHEN 'redact' THEN ARRAY[
+            'SELECT ON streams.redactions',
+            'EXECUTE ON FUNCTION streams.redact(bigint, text), streams.redact_matching(text, text, jsonb, text)']
         ELSE ARRAY[
             'EXECUTE ON FUNCTION streams.publish(text, jsonb, text, text, jsonb, text, bigint),
                  streams.publish_once(text, jsonb, text, text, text, jsonb, bigint),

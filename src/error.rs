@@ -147,6 +147,12 @@ pub enum StreamsError {
     SnapshotNeedsRepeatableRead,
     /// snapshot() after the transaction wrote something.
     SnapshotAfterWrites,
+    /// UPDATE, DELETE or TRUNCATE of stored events (other than a redaction).
+    ImmutableEvents { operation: &'static str, table: String },
+    /// redact() of a position that holds no final event.
+    NoSuchEvent(i64),
+    /// redact_matching() without a filter or a key.
+    RedactionNeedsSelection,
 }
 
 /// What PostgreSQL reports for one error: errmsg (one line), errdetail
@@ -542,6 +548,20 @@ impl StreamsError {
             )
             .detail("The transaction's own changes and events would be in what it reads but not in what others see.")
             .hint("Call it first, in a new REPEATABLE READ transaction."),
+            StreamsError::ImmutableEvents { operation, table } => described(
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!("streams: stored events are immutable; {operation} on {table} is not allowed"),
+            )
+            .hint("Publish a new event that corrects or supersedes the old one; streams.redact erases an event's data."),
+            StreamsError::NoSuchEvent(position) => {
+                described(ERRCODE_UNDEFINED_OBJECT, format!("no final event at position {position}"))
+                    .hint("Only final events (at or below streams.horizon()) can be redacted.")
+            }
+            StreamsError::RedactionNeedsSelection => described(
+                ERRCODE_INVALID_PARAMETER_VALUE,
+                "streams.redact_matching needs a filter or a key",
+            )
+            .hint("Pass filter => '{}' to redact every event of the stream."),
         }
     }
 

@@ -56,6 +56,7 @@ extension_sql_file!(
 extension_sql_file!("../sql/subscriptions.sql", name = "subscriptions", requires = ["streams_schema"]);
 extension_sql_file!("../sql/webhooks.sql", name = "webhooks", requires = ["subscriptions"]);
 extension_sql_file!("../sql/capture.sql", name = "capture", requires = ["webhooks"]);
+extension_sql_file!("../sql/redaction.sql", name = "redaction", requires = ["capture"]);
 extension_sql_file!("../sql/finish.sql", name = "finish", finalize);
 
 /// Set when `_PG_init` ran from `shared_preload_libraries` (inherited by every

@@ -19,4 +19,5 @@ pub mod idempotency;
 pub mod kept_plan;
 pub mod privileges;
 pub mod publish;
+pub mod redact;
 pub mod replay;
