@@ -554,8 +554,8 @@ impl StreamsError {
             )
             .hint("Publish a new event that corrects or supersedes the old one; streams.redact erases an event's data."),
             StreamsError::NoSuchEvent(position) => {
-                described(ERRCODE_UNDEFINED_OBJECT, format!("no final event at position {position}"))
-                    .hint("Only final events (at or below streams.horizon()) can be redacted.")
+                described(ERRCODE_UNDEFINED_OBJECT, format!("no final event at position {position} that you may redact"))
+                    .hint("Only final events (at or below streams.horizon()) of streams granted to you with 'redact' can be redacted.")
             }
             StreamsError::RedactionNeedsSelection => described(
                 ERRCODE_INVALID_PARAMETER_VALUE,

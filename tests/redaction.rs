@@ -194,3 +194,56 @@ fn redact_matching_by_filter_or_key_and_bad_input() {
     }
     assert_eq!(sqlstate(&c.batch_execute("SELECT streams.grant('erase', 'orders', 'postgres')").unwrap_err()), "22023");
 }
+
+/// An event published with data equal to the tombstone but personal data in
+/// its headers is still redacted (headers gone, recorded): "redacted
+/// already" is decided by the record, not by the data (a review found it).
+#[test]
+fn an_event_whose_data_looks_like_the_tombstone_still_loses_its_headers() {
+    let db = TestDb::new();
+    let eraser = TestRole::new(&db, "eraser", "");
+    let mut c = db.connect();
+    c.batch_execute(&format!("SELECT streams.grant('redact', 'customer.*', '{}')", eraser.name)).unwrap();
+    let position: i64 = c
+        .query_one(
+            r#"SELECT streams.publish('customer.x', '{"redacted": true}', headers => '{"email": "ann@example.com"}')"#,
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    wait_for_horizon(&mut c, position);
+    let mut as_eraser = db.connect_as(&eraser.name);
+    let redacted: bool = as_eraser.query_one("SELECT streams.redact($1, 'gdpr')", &[&position]).unwrap().get(0);
+    let headers: Option<String> =
+        c.query_one("SELECT headers::text FROM streams.event_log WHERE position = $1", &[&position]).unwrap().get(0);
+    let recorded: i64 =
+        c.query_one("SELECT count(*) FROM streams.redactions WHERE position = $1", &[&position]).unwrap().get(0);
+    assert_eq!(headers, None, "the headers' personal data is still there (redact returned {redacted})");
+    assert_eq!(recorded, 1, "the redaction is recorded");
+}
+
+/// A role holding redact on 'a.*' learns nothing through streams.redact's
+/// errors about events of other streams: not whether a position exists, not
+/// its stream's name (a review found both leaking).
+#[test]
+fn redact_does_not_reveal_other_streams_events() {
+    let db = TestDb::new();
+    let eraser = TestRole::new(&db, "eraser", "");
+    let mut c = db.connect();
+    c.batch_execute(&format!(
+        "SELECT streams.grant('redact', 'a.*', '{e}'); SELECT streams.grant('read', 'a.*', '{e}');",
+        e = eraser.name
+    ))
+    .unwrap();
+    let secret = publish(&mut c, "patient-4711:diagnosis", r#"{"x": "1"}"#);
+    wait_for_horizon(&mut c, secret);
+    let mut as_eraser = db.connect_as(&eraser.name);
+    let visible: i64 =
+        as_eraser.query_one("SELECT count(*) FROM streams.events WHERE position = $1", &[&secret]).unwrap().get(0);
+    assert_eq!(visible, 0, "the eraser may not read it");
+    let existing = as_eraser.query_one("SELECT streams.redact($1, 'probe')", &[&secret]).unwrap_err();
+    let missing = as_eraser.query_one("SELECT streams.redact($1, 'probe')", &[&(secret + 1000)]).unwrap_err();
+    let message = existing.as_db_error().map(|e| e.message().to_owned()).unwrap_or_default();
+    assert!(!message.contains("patient-4711"), "the stream's name leaks: {message}");
+    assert_eq!(sqlstate(&existing), sqlstate(&missing), "existence of the position leaks");
+}

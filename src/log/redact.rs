@@ -89,8 +89,12 @@ fn redact(position: Option<i64>, reason: Option<&str>) -> bool {
                 .and_then(|rows| if rows.is_empty() { Ok(None) } else { rows.first().get::<String>(1) })
                 .context("finding the event to redact")
         });
-        let stream = stream.ok_or(StreamsError::NoSuchEvent(position)).or_raise();
-        require_grant(client, &stream);
+        // An event of a stream the caller may not redact answers as a missing
+        // one: neither its existence nor its stream is the caller's to learn.
+        match stream {
+            Some(stream) if may_redact(client, &stream) => {}
+            _ => StreamsError::NoSuchEvent(position).raise(),
+        }
         let redacted = redact_where(client, owner, "e.position = $1", vec![position.into()], reason);
         redacted > 0
     })
@@ -146,18 +150,25 @@ fn require_any_grant(client: &pgrx::spi::SpiClient<'_>) {
     }
 }
 
-/// 42501 unless the caller may redact `stream`.
-fn require_grant(client: &pgrx::spi::SpiClient<'_>, stream: &str) {
-    let allowed = client
+/// Whether the caller may redact `stream`.
+fn may_redact(client: &pgrx::spi::SpiClient<'_>, stream: &str) -> bool {
+    client
         .select("SELECT streams._may_redact($1)", Some(1), &[stream.into()])
         .and_then(|rows| rows.first().get::<bool>(1))
-        .context("checking the redact privilege");
-    if allowed != Some(true) {
+        .context("checking the redact privilege")
+        == Some(true)
+}
+
+/// 42501 unless the caller may redact `stream`.
+fn require_grant(client: &pgrx::spi::SpiClient<'_>, stream: &str) {
+    if !may_redact(client, stream) {
         StreamsError::PermissionDenied { privilege: "redact", stream: stream.to_owned() }.raise();
     }
 }
 
-/// Tombstone the final, not yet redacted events `condition` selects (on
+/// Tombstone the final events `condition` selects that were not redacted
+/// yet (by the record, not by the data: an event published with the
+/// tombstone as its data may still carry headers) (on
 /// `streams.event_log e`, with `args` from $1) and record each, as the
 /// log's owner; returns how many.
 fn redact_where(
@@ -173,7 +184,8 @@ fn redact_where(
     let sql = format!(
         "WITH r AS (
             UPDATE streams.event_log e SET data = '{TOMBSTONE}'::jsonb, headers = NULL
-            WHERE {condition} AND e.position <= streams.horizon() AND e.data <> '{TOMBSTONE}'::jsonb
+            WHERE {condition} AND e.position <= streams.horizon()
+              AND NOT EXISTS (SELECT FROM streams.redactions x WHERE x.position = e.position)
             RETURNING e.position, e.stream)
          INSERT INTO streams.redactions (position, stream, redacted_by, reason)
          SELECT r.position, r.stream, ${}::oid::pg_catalog.regrole, ${} FROM r",
