@@ -29,6 +29,7 @@ use pgrx::IntoDatum;
 
 use crate::error::{OrRaise, StreamsError};
 use crate::ffi;
+use crate::log::privileges;
 use crate::log::publish::{self, Change};
 use litebase_streams_core::envelope;
 
@@ -88,7 +89,7 @@ pub unsafe extern "C-unwind" fn litebase_streams_capture(fcinfo: pg_sys::Functio
     let mut rows_left = true;
     while rows_left {
         // A chunk's rows become JSON as the table's owner, then the chunk is published.
-        as_table_owner(owner, || {
+        privileges::as_owner_restricted(owner, || {
             while !out.full() {
                 let old_row = old.as_mut().and_then(|t| t.next());
                 let new_row = new.as_mut().and_then(|t| t.next());
@@ -109,27 +110,6 @@ pub unsafe extern "C-unwind" fn litebase_streams_capture(fcinfo: pg_sys::Functio
 }
 
 ffi::function_info_v1!(pg_finfo_litebase_streams_capture);
-
-/// Run `body` (the table owner's code: a column type's cast to json) as
-/// `owner`, as a security-restricted operation whose settings are undone
-/// afterwards, as PostgreSQL runs an index expression in maintenance: the
-/// owner's code may not SET ROLE or leave a `search_path` of its choosing
-/// in the writer's session.
-///
-/// # Safety
-/// SAFETY: inside the firing trigger; an ERROR in `body` aborts the (sub)transaction, which
-/// restores the user id and the settings itself.
-unsafe fn as_table_owner<R>(owner: pg_sys::Oid, body: impl FnOnce() -> R) -> R {
-    let (mut saved_user, mut saved_context) = (pg_sys::InvalidOid, 0);
-    pg_sys::GetUserIdAndSecContext(&mut saved_user, &mut saved_context);
-    let restricted = pg_sys::SECURITY_LOCAL_USERID_CHANGE | pg_sys::SECURITY_RESTRICTED_OPERATION;
-    pg_sys::SetUserIdAndSecContext(owner, saved_context | restricted as i32);
-    let settings = pg_sys::NewGUCNestLevel();
-    let result = body();
-    pg_sys::AtEOXact_GUC(false, settings);
-    pg_sys::SetUserIdAndSecContext(saved_user, saved_context);
-    result
-}
 
 /// What a statement's events need to know about the table, read from the
 /// relation cache at each statement.

@@ -162,12 +162,32 @@ fn ask_may_read_all(pattern: &str) -> bool {
 /// function would. A (sub)transaction abort restores the caller's identity
 /// if `body` raises.
 pub fn as_owner<R>(owner: pg_sys::Oid, body: impl FnOnce() -> R) -> R {
+    as_user(owner, pg_sys::SECURITY_LOCAL_USERID_CHANGE, body)
+}
+
+/// Run `body` (another role's code: a table owner's cast to json) as
+/// `owner`, as a security-restricted operation whose settings are undone
+/// afterwards, as PostgreSQL runs an index expression in maintenance: that
+/// code may not SET ROLE or leave a `search_path` of its choosing in the
+/// caller's session. A (sub)transaction abort restores both if `body` raises.
+pub fn as_owner_restricted<R>(owner: pg_sys::Oid, body: impl FnOnce() -> R) -> R {
+    // SAFETY: a GUC nesting level of the current transaction, closed below (an abort closes it
+    // if `body` raises).
+    let settings = unsafe { pg_sys::NewGUCNestLevel() };
+    let result = as_user(owner, pg_sys::SECURITY_LOCAL_USERID_CHANGE | pg_sys::SECURITY_RESTRICTED_OPERATION, body);
+    // SAFETY: the level opened above, in the same transaction.
+    unsafe { pg_sys::AtEOXact_GUC(false, settings) };
+    result
+}
+
+/// Run `body` as `user` with the security context flags `flags` added.
+fn as_user<R>(user: pg_sys::Oid, flags: u32, body: impl FnOnce() -> R) -> R {
     let (mut saved_user, mut saved_context) = (pg_sys::InvalidOid, 0);
     // SAFETY: plain reads and writes of the backend's current user id; the
     // SECURITY_LOCAL_USERID_CHANGE flag is what fmgr_security_definer sets.
     unsafe {
         pg_sys::GetUserIdAndSecContext(&mut saved_user, &mut saved_context);
-        pg_sys::SetUserIdAndSecContext(owner, saved_context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32);
+        pg_sys::SetUserIdAndSecContext(user, saved_context | flags as i32);
     }
     let result = body();
     // SAFETY: as above.

@@ -92,7 +92,7 @@ fn redact(position: Option<i64>, reason: Option<&str>) -> bool {
         // An event of a stream the caller may not redact answers as a missing
         // one: neither its existence nor its stream is the caller's to learn.
         match stream {
-            Some(stream) if may_redact(client, &stream) => {}
+            Some(stream) if may_redact(client, Some(&stream)) => {}
             _ => StreamsError::NoSuchEvent(position).raise(),
         }
         let redacted = redact_where(client, owner, "e.position = $1", vec![position.into()], reason);
@@ -115,7 +115,6 @@ fn redact_matching(stream: Option<&str>, reason: Option<&str>, filter: Option<pg
     let sequence = publish::position_sequence();
     let owner = publish::log_owner(sequence);
     Spi::connect_mut(|client| {
-        require_any_grant(client);
         require_grant(client, stream);
         redact_where(
             client,
@@ -141,17 +140,13 @@ fn checked_reason(reason: Option<&str>) -> &str {
 /// 42501 unless the caller holds a redact grant on some stream (before
 /// anything is looked up for it).
 fn require_any_grant(client: &pgrx::spi::SpiClient<'_>) {
-    let any = client
-        .select("SELECT streams._may_redact(NULL)", Some(1), &[])
-        .and_then(|rows| rows.first().get::<bool>(1))
-        .context("checking the redact privilege");
-    if any != Some(true) {
+    if !may_redact(client, None) {
         StreamsError::PermissionDenied { privilege: "redact", stream: "*".into() }.raise();
     }
 }
 
-/// Whether the caller may redact `stream`.
-fn may_redact(client: &pgrx::spi::SpiClient<'_>, stream: &str) -> bool {
+/// Whether the caller may redact `stream` (None: any stream).
+fn may_redact(client: &pgrx::spi::SpiClient<'_>, stream: Option<&str>) -> bool {
     client
         .select("SELECT streams._may_redact($1)", Some(1), &[stream.into()])
         .and_then(|rows| rows.first().get::<bool>(1))
@@ -161,7 +156,7 @@ fn may_redact(client: &pgrx::spi::SpiClient<'_>, stream: &str) -> bool {
 
 /// 42501 unless the caller may redact `stream`.
 fn require_grant(client: &pgrx::spi::SpiClient<'_>, stream: &str) {
-    if !may_redact(client, stream) {
+    if !may_redact(client, Some(stream)) {
         StreamsError::PermissionDenied { privilege: "redact", stream: stream.to_owned() }.raise();
     }
 }
