@@ -24,7 +24,8 @@ The delivery worker runs throughout. The phase's tables are dropped at the end."
 import threading
 import time
 
-from common import DB, BenchError, connect, f0, fx, info, med, reps_str, rotations, say
+from common import DB, connect, f0, fx, info, med, reps_str, rotations, say
+from phases.tpcb import tps_cell_str, tps_med
 
 ORDER = 17
 FULL = dict(capture_clients=[8, 32], bulk_rows=100_000, bulk_reps=3, handoff_rows=1_000_000,
@@ -215,10 +216,6 @@ def _consume(c, writers):
 # Report (reads res["capture"] only; an older results.json has none)
 # --------------------------------------------------------------------------
 
-def tps_med(cell, key):
-    return med([r["tps"] for r in cell[key]])
-
-
 def _bulk_ratio(bulk):
     return med(bulk["runs"]["plain"]) / med(bulk["runs"]["captured"])
 
@@ -281,17 +278,13 @@ def section(res, w):
       "captured / outbox | captured / by hand | delivered after the captured runs |")
     w("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 
-    def cell_str(cell, key):
-        v = [r["tps"] for r in cell[key]]
-        return f"{f0(med(v))} ({reps_str(v)})" if reps > 1 else f0(med(v))
-
     for cell in single["cells"]:
         p, c, o = (tps_med(cell, k) for k in ("plain", "captured", "outbox"))
         cu = max(r["catchup_s"] for r in cell["captured"])
-        hand = f"{cell_str(cell, 'by_hand')} | " if cell.get("by_hand") else "- | "
+        hand = f"{tps_cell_str(cell, 'by_hand', reps)} | " if cell.get("by_hand") else "- | "
         ratio = f"{fx(c / tps_med(cell, 'by_hand'))} | " if cell.get("by_hand") else "- | "
-        w(f"| {cell['clients']} | {cell_str(cell, 'plain')} | {cell_str(cell, 'captured')} | "
-          f"{cell_str(cell, 'outbox')} | {hand}{fx(c / p)} | {fx(c / o)} | {ratio}within {cu * 1000:.0f} ms |")
+        w(f"| {cell['clients']} | {tps_cell_str(cell, 'plain', reps)} | {tps_cell_str(cell, 'captured', reps)} | "
+          f"{tps_cell_str(cell, 'outbox', reps)} | {hand}{fx(c / p)} | {fx(c / o)} | {ratio}within {cu * 1000:.0f} ms |")
     w("")
     pr, cr = bulk["runs"]["plain"], bulk["runs"]["captured"]
     w(f"A {bulk['rows']:,}-row `INSERT ... SELECT` into the uncaptured and the captured table "

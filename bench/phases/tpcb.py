@@ -79,6 +79,12 @@ def tps_med(cell, key):
     return med([r["tps"] for r in cell[key]])
 
 
+def tps_cell_str(cell, key, reps):
+    """A table cell: the median tps of cell[key]'s runs, the runs in brackets when repeated."""
+    v = [r["tps"] for r in cell[key]]
+    return f"{f0(med(v))} ({reps_str(v)})" if reps > 1 else f0(med(v))
+
+
 def cpu_us(cell, key):
     """Server CPU time per transaction (every process of the cluster, µs)."""
     return runs_server_us(cell[key])
@@ -134,17 +140,13 @@ def section(res, w):
       + "The delivery worker runs and a LISTEN client drains `payment.success` throughout, as in section 1.")
     w("")
 
-    def cell_str(cell, key):
-        v = [r["tps"] for r in cell[key]]
-        return f"{f0(med(v))} ({reps_str(v)})" if reps > 1 else f0(med(v))
-
     w("| clients | TPC-B | TPC-B + publish | TPC-B + INSERT | + publish / + INSERT | + publish / TPC-B "
       "| + INSERT / TPC-B | server CPU per transaction: TPC-B / + publish / + INSERT |")
     w("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for cell in tp["cells"]:
         a, p, i = (tps_med(cell, k) for k in ("plain", "publish", "insert"))
-        w(f"| {cell['clients']} | {cell_str(cell, 'plain')} | {cell_str(cell, 'publish')} | "
-          f"{cell_str(cell, 'insert')} | {fx(p / i)} | {fx(p / a)} | {fx(i / a)} | "
+        w(f"| {cell['clients']} | {tps_cell_str(cell, 'plain', reps)} | {tps_cell_str(cell, 'publish', reps)} | "
+          f"{tps_cell_str(cell, 'insert', reps)} | {fx(p / i)} | {fx(p / a)} | {fx(i / a)} | "
           + " / ".join(f"{cpu_us(cell, k):.0f} µs" for k in ("plain", "publish", "insert")) + " |")
     w("")
     cu = [x for cell in tp["cells"] for x in cell["catchup"]]
