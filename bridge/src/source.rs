@@ -1,0 +1,355 @@
+//! The database side: one session that consumes the subscription.
+//!
+//! A window is one transaction: `BEGIN`, a cursor over `streams.poll(...)`,
+//! `FETCH`es of at most the in-flight byte bound, and at the end
+//! `streams.ack(...)` and `COMMIT` (sent with the next window's `BEGIN` in one
+//! round trip). The events are claimed by that transaction until it ends: an
+//! ordered subscription gives them to no one else meanwhile, and a crash of
+//! the bridge, of the session or of the server returns them, to come again
+//! with their next attempt.
+//!
+//! Every statement is a simple query with its values inlined: the
+//! subscription's name obeys the stream naming rule (checked at start), and
+//! numbers are numbers, so nothing needs quoting beyond the single quotes.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage, SimpleQueryRow};
+use tracing::{info, warn};
+
+use crate::config::{Config, Start};
+use crate::sink::Message;
+
+/// A database failure, and whether retrying can help.
+#[derive(Debug)]
+pub struct DbError {
+    pub message: String,
+    /// Bad configuration or missing privileges: the bridge stops.
+    pub fatal: bool,
+}
+
+impl From<tokio_postgres::Error> for DbError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        let fatal = e.as_db_error().is_some_and(|db| {
+            matches!(
+                db.code().code(),
+                "42501" | "42710" | "22023" | "42P09" | "3F000" | "42883" | "28000" | "28P01" | "3D000"
+            )
+        });
+        let message = match e.as_db_error() {
+            Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+            None => e.to_string(),
+        };
+        DbError { message, fatal }
+    }
+}
+
+impl std::fmt::Display for DbError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+pub struct Source {
+    client: Client,
+    subscription: String,
+    log_id: String,
+    subject_prefix: Option<String>,
+    window: i32,
+    poll_wait_ms: u64,
+    /// `ack ...; COMMIT` of the window before, sent with the next `BEGIN`.
+    settle: Option<String>,
+    /// The largest event (bytes) this session read, which sizes the fetches.
+    largest: usize,
+}
+
+/// The session's own settings, whatever the database or role say.
+const SESSION: &str = "SET application_name = 'litebase-streams-bridge';
+    SET search_path = pg_catalog, pg_temp;
+    SET default_transaction_isolation = 'read committed';
+    SET default_transaction_read_only = off;
+    SET default_transaction_deferrable = off;
+    SET synchronous_commit = on;
+    SET lock_timeout = 0;
+    SET TimeZone = 'UTC';
+    SET DateStyle = 'ISO';
+    SET IntervalStyle = 'postgres';
+    SET client_min_messages = warning;
+    SET row_security = on";
+
+/// A session with the bridge's own settings, as `--role`.
+pub async fn session(cfg: &Config) -> Result<Client, DbError> {
+    let pg = tokio_postgres::Config::from_str(&cfg.database_url)
+        .map_err(|e| DbError { message: format!("--database-url: {e}"), fatal: true })?;
+    let (client, connection) = pg.connect(NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            warn!("database connection: {e}");
+        }
+    });
+    client.batch_execute(SESSION).await?;
+    // A statement may wait for the long poll; a window may be held while
+    // the sink is retried (--max-hold), and not much longer.
+    let hold_ms = cfg.max_hold().as_millis() as u64 + cfg.poll_wait_ms + 30_000;
+    client
+        .batch_execute(&format!(
+            "SET statement_timeout = {}; SET idle_in_transaction_session_timeout = {hold_ms}",
+            cfg.poll_wait_ms + 30_000
+        ))
+        .await?;
+    if let Some(role) = &cfg.role {
+        client.batch_execute(&format!("SET ROLE {}", quote_ident(role))).await?;
+    }
+    Ok(client)
+}
+
+/// The subscription's lag: pending events and the age of the oldest, in seconds.
+pub async fn lag(client: &Client, subscription: &str) -> Result<(i64, f64), DbError> {
+    let row = client
+        .query_opt(
+            "SELECT pending, COALESCE(extract(epoch FROM lag_time), 0)::float8 FROM streams.subscriptions \
+             WHERE name = $1 AND owner = current_user::regrole",
+            &[&subscription],
+        )
+        .await?;
+    Ok(row.map_or((0, 0.0), |r| (r.get::<_, Option<i64>>(0).unwrap_or(0), r.get(1))))
+}
+
+impl Source {
+    pub async fn connect(cfg: &Config) -> Result<Source, DbError> {
+        let client = session(cfg).await?;
+        let log_id: String = client.query_one("SELECT streams.log_id()::text", &[]).await?.get(0);
+        let after = match cfg.start().map_err(|message| DbError { message, fatal: true })? {
+            Start::Now => "NULL".to_owned(),
+            Start::After(p) => p.to_string(),
+        };
+        client
+            .execute(
+                &format!(
+                    "SELECT streams.create_subscription($1, $2, after => {after}, ordered => true, \
+                     if_not_exists => true)"
+                ),
+                &[&cfg.subscription, &cfg.pattern],
+            )
+            .await?;
+        let row = client
+            .query_one(
+                "SELECT max_attempts FROM streams.subscriptions WHERE name = $1 AND owner = current_user::regrole",
+                &[&cfg.subscription],
+            )
+            .await?;
+        if let Some(max) = row.get::<_, Option<i32>>(0) {
+            return Err(DbError {
+                message: format!(
+                    "subscription {} has max_attempts {max}: the bridge never gives up on an event, and one parked \
+                     after {max} failed windows would be lost to JetStream. Run \
+                     streams.alter_subscription('{}', unlimited_attempts => true)",
+                    cfg.subscription, cfg.subscription
+                ),
+                fatal: true,
+            });
+        }
+        info!(subscription = %cfg.subscription, pattern = %cfg.pattern, %log_id, "consuming");
+        Ok(Source {
+            client,
+            subscription: cfg.subscription.clone(),
+            log_id,
+            subject_prefix: cfg.subject_prefix.clone(),
+            window: cfg.window,
+            poll_wait_ms: cfg.poll_wait_ms,
+            settle: None,
+            largest: 0,
+        })
+    }
+
+    /// Settle the window before (if any) and open the next: claim up to a
+    /// window of events and fetch the first of them, at most `max_bytes`.
+    pub async fn open_window(&mut self, max_bytes: usize) -> Result<Fetched, DbError> {
+        let mut sql = self.settle.take().unwrap_or_default();
+        sql.push_str(&format!(
+            "BEGIN; DECLARE lbs_window NO SCROLL CURSOR FOR SELECT position, stream, \
+             to_char(time, 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), tx::text, data::text, type, key, headers::text \
+             FROM streams.poll('{}', max_events => {}, wait => '{} milliseconds'); ",
+            self.subscription, self.window, self.poll_wait_ms
+        ));
+        let rows = self.fetch_rows(max_bytes);
+        sql.push_str(&format!("FETCH {rows} FROM lbs_window"));
+        self.run_fetch(&sql, rows).await
+    }
+
+    /// Fetch the window's next events, about `max_bytes` of them (at least one).
+    pub async fn fetch(&mut self, max_bytes: usize) -> Result<Fetched, DbError> {
+        let rows = self.fetch_rows(max_bytes);
+        self.run_fetch(&format!("FETCH {rows} FROM lbs_window"), rows).await
+    }
+
+    /// Rows to fetch for about `max_bytes`, sized by the largest event seen.
+    fn fetch_rows(&self, max_bytes: usize) -> usize {
+        fetch_rows(max_bytes, self.largest)
+    }
+
+    async fn run_fetch(&mut self, sql: &str, asked: usize) -> Result<Fetched, DbError> {
+        let result = self.client.simple_query(sql).await;
+        let messages = match result {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = self.client.batch_execute("ROLLBACK").await;
+                return Err(e.into());
+            }
+        };
+        // The rows of the last statement, the FETCH (an ack before it returns one too).
+        let mut rows = Vec::new();
+        let mut last = Vec::new();
+        for message in messages {
+            match message {
+                SimpleQueryMessage::Row(row) => rows.push(row),
+                SimpleQueryMessage::CommandComplete(_) => last = std::mem::take(&mut rows),
+                _ => {}
+            }
+        }
+        let mut fetched = Fetched { asked, ..Fetched::default() };
+        for row in &last {
+            let m = self.message(row)?;
+            self.largest = self.largest.max(m.size());
+            fetched.bytes += m.size();
+            fetched.messages.push(m);
+        }
+        Ok(fetched)
+    }
+
+    /// Mark the window's events through `through` processed, with the next
+    /// `open_window` (one round trip): its `COMMIT` is only sent then, so
+    /// `settle_now` must follow when no next window comes.
+    pub fn settle(&mut self, through: Option<i64>) {
+        self.settle = Some(match through {
+            Some(p) => format!("SELECT streams.ack('{}', {p}); COMMIT; ", self.subscription),
+            None => "COMMIT; ".to_owned(),
+        });
+    }
+
+    /// Send the pending settle at once.
+    pub async fn settle_now(&mut self) -> Result<(), DbError> {
+        if let Some(sql) = self.settle.take() {
+            if let Err(e) = self.client.batch_execute(&sql).await {
+                let _ = self.client.batch_execute("ROLLBACK").await;
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Give the window's events back (they come again, with their next attempt).
+    pub async fn abandon(&mut self) {
+        self.settle = None;
+        let _ = self.client.batch_execute("ROLLBACK").await;
+    }
+
+    fn message(&self, row: &SimpleQueryRow) -> Result<Message, DbError> {
+        let bad = |what: &str| DbError { message: format!("streams.poll returned no {what}"), fatal: false };
+        let position: i64 = row.get(0).and_then(|p| p.parse().ok()).ok_or_else(|| bad("position"))?;
+        let stream = row.get(1).ok_or_else(|| bad("stream"))?;
+        let mut headers: Vec<(&'static str, String)> = vec![
+            ("Litebase-Log-Id", self.log_id.clone()),
+            ("Litebase-Position", position.to_string()),
+            ("Litebase-Stream", stream.to_owned()),
+            ("Litebase-Time", row.get(2).unwrap_or_default().to_owned()),
+            ("Litebase-Tx", row.get(3).unwrap_or_default().to_owned()),
+        ];
+        if let Some(t) = row.get(5) {
+            headers.push(("Litebase-Type", t.to_owned()));
+        }
+        if let Some(k) = row.get(6) {
+            headers.push(("Litebase-Key", k.to_owned()));
+        }
+        let mut event_headers = Vec::new();
+        if let Some(json) = row.get(7) {
+            headers.push(("Litebase-Headers", json.to_owned()));
+            if let Ok(serde_json::Value::Object(map)) = serde_json::from_str(json) {
+                for (name, value) in map {
+                    if let serde_json::Value::String(value) = value {
+                        if carries(&name, &value) {
+                            event_headers.push((name, value));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Message {
+            position,
+            subject: crate::subjects::subject(self.subject_prefix.as_deref(), stream),
+            id: format!("{}:{position}", self.log_id),
+            headers,
+            event_headers,
+            payload: Bytes::copy_from_slice(row.get(4).unwrap_or("null").as_bytes()),
+        })
+    }
+}
+
+/// What one FETCH returned.
+#[derive(Default)]
+pub struct Fetched {
+    pub messages: Vec<Message>,
+    pub bytes: usize,
+    /// Rows it asked for: fewer came when the window has no more.
+    pub asked: usize,
+}
+
+/// The size an event is taken to have before the session has read any: the
+/// first fetch of a session is of at most a few events whatever they hold.
+const FIRST_GUESS: usize = 1024 * 1024;
+
+/// How many rows to fetch for about `max_bytes` when events are up to
+/// `largest` bytes (0: none read yet, [`FIRST_GUESS`]): 1 to 1,000.
+fn fetch_rows(max_bytes: usize, largest: usize) -> usize {
+    let largest = if largest == 0 { FIRST_GUESS } else { largest.max(256) };
+    (max_bytes / largest).clamp(1, 1000)
+}
+
+/// Whether an envelope header travels as a NATS header of its own: its name
+/// a header token, not one of NATS's (`Nats-*`, which steer JetStream: a
+/// publisher must not set the message id or expectations) nor the bridge's
+/// (`Litebase-*`), and a value on one line. Every header is in
+/// `Litebase-Headers` anyway.
+pub fn carries(name: &str, value: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    !name.is_empty()
+        && name.bytes().all(|b| (33..=126).contains(&b) && b != b':')
+        && !lower.starts_with("nats-")
+        && !lower.starts_with("litebase-")
+        && !value.contains(['\r', '\n'])
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// How long to wait before reconnecting after failure `n` (from 1).
+pub fn backoff(n: u32) -> Duration {
+    crate::jetstream::backoff(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_harmless_envelope_headers_become_nats_headers() {
+        assert!(carries("traceparent", "00-abc-def-01"));
+        assert!(!carries("Nats-Msg-Id", "x"));
+        assert!(!carries("nats-expected-last-sequence", "1"));
+        assert!(!carries("Litebase-Position", "1"));
+        assert!(!carries("a:b", "x"));
+        assert!(!carries("a b", "x"));
+        assert!(!carries("ok", "two\r\nlines"));
+    }
+
+    #[test]
+    fn fetches_are_sized_by_the_largest_event_seen() {
+        assert_eq!(fetch_rows(8 << 20, 0), 8);
+        assert_eq!(fetch_rows(8 << 20, 100_000), 83);
+        assert_eq!(fetch_rows(8 << 20, 300), 1000);
+        assert_eq!(fetch_rows(1024, 1 << 30), 1);
+    }
+}
