@@ -22,8 +22,9 @@ PGRX_VERSION=0.18.1
 # python3-venv / nodejs / npm: the doc test (scripts/doctest.py) runs the README's Python
 #   and Node examples with psycopg and node-postgres, installed under target/doctest/.
 # chromium: the gateway's browser test (tests/gateway.rs) runs it headless.
+# nats-server: the bridge's tests (tests/bridge.rs) and bench start it with JetStream (-js).
 APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-wal2json pgbouncer postgresql-15-pgq3 libclang-dev clang sudo inotify-tools
-              build-essential pkg-config libssl-dev python3-venv nodejs chromium)
+              build-essential pkg-config libssl-dev python3-venv nodejs chromium nats-server)
 # Debian's npm only when npm is missing: NodeSource's nodejs package bundles npm and
 # conflicts with Debian's.
 command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(npm)

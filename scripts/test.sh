@@ -106,13 +106,13 @@ run_suite "pgrx tests (cargo pgrx test pg15)" pgrx-test \
 run_suite "reinstall release build + (re)start dev cluster" reinstall \
     bash -c 'bash "$1"/install.sh && bash "$1"/cluster.sh start' _ "$REPO_ROOT/scripts"
 
-# --- the gateway (gateway/): its optimised build, which tests/gateway.rs starts ----
+# --- the gateway (gateway/) and the bridge (bridge/): their optimised builds, which tests/gateway.rs and tests/bridge.rs start --
 # and the benchmark smoke run drives (the `gateway` profile: release without
 # the extension's fat LTO).
 # Its unit tests run with the same profile, so they reuse its compiled dependencies.
-run_suite "gateway build and unit tests (cargo build/test --profile gateway)" gateway-build \
-    bash -c 'cargo build --profile gateway -p litebase-streams-gateway --bins &&
-             cargo test --profile gateway -p litebase-streams-gateway'
+run_suite "gateway and bridge build and unit tests (cargo build/test --profile gateway)" gateway-build \
+    bash -c 'cargo build --profile gateway -p litebase-streams-gateway -p litebase-streams-bridge --bins &&
+             cargo test --profile gateway -p litebase-streams-gateway -p litebase-streams-bridge'
 
 
 # --- (b) integration tests against the dev cluster ------------------------------
