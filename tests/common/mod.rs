@@ -10,6 +10,7 @@
 #![allow(dead_code)]
 
 pub mod gateway;
+pub mod nats;
 pub mod pgbouncer;
 pub mod subscriptions;
 pub mod webhooks;
