@@ -29,7 +29,7 @@ SCRIPTS := $(CURDIR)/scripts
 # Prerequisites (setup -> install -> start) must run in order.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help setup install start stop restart status env psql pgbouncer pgbouncer-stop gateway demo test lint doctest bench clean-cluster
+.PHONY: help setup install start stop restart status env psql pgbouncer pgbouncer-stop gateway bridge nats-stop demo test lint doctest bench clean-cluster
 
 help:
 	@echo "litebase_streams: make targets"
@@ -46,6 +46,11 @@ help:
 	@echo "  pgbouncer-stop stop that pgbouncer"
 	@echo "  gateway        start if needed, build the gateway (gateway/), run it in the foreground against database"
 	@echo "                 GATEWAY_DB (default postgres) on GATEWAY_LISTEN (default 127.0.0.1:8080); Ctrl-C stops it"
+	@echo "  bridge         start if needed, build the bridge (bridge/), start nats-server with JetStream (NATS_PORT,"
+	@echo "                 default 4222), run the bridge in the foreground: database BRIDGE_DB (default postgres),"
+	@echo "                 streams BRIDGE_PATTERN (default payment.*) into JetStream stream LITEBASE_STREAMS;"
+	@echo "                 other flags in BRIDGE_ARGS (\$$(BRIDGE_BIN) --help); Ctrl-C stops it"
+	@echo "  nats-stop      stop that nats-server"
 	@echo "  demo           setup + install + start, then run scripts/demo.sh"
 	@echo "  test           setup + install + start, then pgrx tests, integration tests and the doc test"
 	@echo "  lint           cargo fmt --check, cargo clippy -D warnings (workspace, all targets), no import cycles"
@@ -121,6 +126,32 @@ gateway: start
 	@LITEBASE_GATEWAY_JWT_SECRET='$(LITEBASE_GATEWAY_JWT_SECRET)' $(GATEWAY_BIN) \
 		--database-url "host=$(PGHOST) port=$(PGPORT) user=postgres dbname=$(GATEWAY_DB)" \
 		--listen $(GATEWAY_LISTEN) $(GATEWAY_ARGS)
+
+# The bridge into NATS JetStream (bridge/, README "Bridge to NATS
+# JetStream"): starts a local nats-server with JetStream (scripts/nats.sh;
+# NATS_PORT, default 4222), then runs the bridge in the foreground against
+# database BRIDGE_DB for the streams BRIDGE_PATTERN (a pattern of every
+# stream, '*', needs a subject prefix: BRIDGE_ARGS=--subject-prefix=app), logged in as postgres
+# (a dev convenience: in production give it a role of its own). Ctrl-C
+# stops the bridge; `make nats-stop` stops nats-server. Every other option:
+# $(BRIDGE_BIN) --help, passed through BRIDGE_ARGS.
+BRIDGE_DB      ?= postgres
+BRIDGE_PATTERN ?= payment.*
+BRIDGE_LISTEN  ?= 127.0.0.1:9181
+BRIDGE_ARGS    ?=
+BRIDGE_BIN     := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/gateway/litebase-streams-bridge
+NATS_PORT      ?= 4222
+export NATS_PORT
+bridge: start
+	@echo "==> bridge"
+	@cargo build --profile gateway -p litebase-streams-bridge --bins
+	@bash $(SCRIPTS)/nats.sh start
+	@$(BRIDGE_BIN) --database-url "host=$(PGHOST) port=$(PGPORT) user=postgres dbname=$(BRIDGE_DB)" \
+		--nats-url nats://127.0.0.1:$(NATS_PORT) --pattern '$(BRIDGE_PATTERN)' --listen $(BRIDGE_LISTEN) $(BRIDGE_ARGS)
+
+nats-stop:
+	@echo "==> nats-stop"
+	@bash $(SCRIPTS)/nats.sh stop
 
 demo: setup install start
 	@echo "==> demo"

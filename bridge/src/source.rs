@@ -39,6 +39,14 @@ impl From<tokio_postgres::Error> for DbError {
             )
         });
         let message = match e.as_db_error() {
+            // No schema streams, or no streams.poll: the extension is missing
+            // (or older than the bridge) in this database.
+            Some(db) if matches!(db.code().code(), "3F000" | "42883") => format!(
+                "{} (SQLSTATE {}): is litebase_streams 0.3.0 installed in this database? \
+                 (CREATE EXTENSION litebase_streams, or ALTER EXTENSION litebase_streams UPDATE)",
+                db.message(),
+                db.code().code()
+            ),
             Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
             None => e.to_string(),
         };
