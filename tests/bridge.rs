@@ -279,8 +279,12 @@ fn while_nats_is_down_the_bridge_holds_its_memory_and_catches_up_after() {
     );
     // 19 MB were published; a bridge that kept reading would hold them.
     assert!(peak < before + 8 * 1024, "VmRSS went from {before} kB to {peak} kB while NATS was down");
+    wait_until("/healthz says NATS is down", Duration::from_secs(10), || {
+        bridge.get("/healthz") == (503, r#"{"database":"up","nats":"down"}"#.to_owned())
+    });
 
     nats.servers[0].start();
+    wait_until("/healthz is 200 again", Duration::from_secs(30), || bridge.get("/healthz").0 == 200);
     let committed = committed(&mut admin, "big.*");
     wait_for_stored(&nats, JS_STREAM, committed.len(), "after NATS came back", &bridge);
     let stored = nats.messages(JS_STREAM);
