@@ -163,7 +163,7 @@ fn every_committed_event_reaches_jetstream_once_in_order_through_three_crashes()
         |admin: &mut Client| -> i64 { admin.query_one("SELECT count(*) FROM streams.events", &[]).unwrap().get(0) };
 
     wait_until("2,000 events committed", Duration::from_secs(120), || published(&mut admin) >= 2_000);
-    bridge.kill_and_restart();
+    bridge.restart();
     wait_until("5,000 events committed", Duration::from_secs(120), || published(&mut admin) >= 5_000);
     nats.servers[0].kill();
     wait_until("the bridge notices NATS is gone", Duration::from_secs(30), || {

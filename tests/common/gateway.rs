@@ -14,30 +14,20 @@ use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{base_config, wait_for_horizon, wait_until, TestDb, TestRole};
+use super::service::{free_port, workspace_binary, Service};
+use super::{base_config, wait_for_horizon, TestDb, TestRole};
 
 pub const SECRET: &str = "gateway-test-secret";
 
-/// The gateway binary, or a panic that says how to build it.
+/// The gateway binary (`LITEBASE_STREAMS_GATEWAY_BIN`, or a build of it).
 pub fn binary() -> PathBuf {
-    if let Ok(bin) = std::env::var("LITEBASE_STREAMS_GATEWAY_BIN") {
-        return PathBuf::from(bin);
-    }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("target"));
-    for profile in ["gateway", "release", "debug"] {
-        let bin = target.join(profile).join("litebase-streams-gateway");
-        if bin.exists() {
-            return bin;
-        }
-    }
-    panic!("no gateway binary: run `cargo build --profile gateway -p litebase-streams-gateway` (scripts/test.sh does)");
+    workspace_binary("litebase-streams-gateway", "LITEBASE_STREAMS_GATEWAY_BIN", "litebase-streams-gateway")
 }
 
 /// A libpq connection string for `db` as `user` on the test cluster.
@@ -72,13 +62,23 @@ pub fn token_with(role: &str, secret: &str) -> String {
     .unwrap()
 }
 
-/// A running gateway; killed on drop.
+/// A running gateway; killed on drop. Its process: [`Service`] (port, log,
+/// restart, kill, metric, memory_kb).
 pub struct Gateway {
-    child: Option<Child>,
-    pub port: u16,
-    database_url: String,
-    args: Vec<String>,
-    pub log: PathBuf,
+    service: Service,
+}
+
+impl std::ops::Deref for Gateway {
+    type Target = Service;
+    fn deref(&self) -> &Service {
+        &self.service
+    }
+}
+
+impl std::ops::DerefMut for Gateway {
+    fn deref_mut(&mut self) -> &mut Service {
+        &mut self.service
+    }
 }
 
 impl Gateway {
@@ -89,72 +89,19 @@ impl Gateway {
     }
 
     pub fn start_url(database_url: &str, args: &[&str]) -> Gateway {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let log = std::env::temp_dir().join(format!("litebase-gateway-test-{}-{port}.log", std::process::id()));
-        let mut gateway = Gateway {
-            child: None,
-            port,
-            database_url: database_url.to_owned(),
-            args: args.iter().map(|s| s.to_string()).collect(),
-            log,
-        };
-        gateway.spawn();
-        gateway
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
-        let child = Command::new(binary())
-            .args(["--listen", &format!("127.0.0.1:{}", self.port), "--database-url", &self.database_url])
-            .args(&self.args)
-            .env("LITEBASE_GATEWAY_JWT_SECRET", SECRET)
-            .env("LITEBASE_GATEWAY_LOG", "info,litebase_streams_gateway=debug")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("the gateway starts");
-        self.child = Some(child);
-        let port = self.port;
-        wait_until("the gateway accepts connections", Duration::from_secs(20), || {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-                panic!("the gateway exited ({status}):\n{log}");
-            }
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    /// Kill it (SIGKILL: no goodbye to its clients) and start it again on the same port.
-    pub fn restart(&mut self) {
-        self.kill();
-        self.spawn();
-    }
-
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// A field of /proc/<pid>/status in kB (VmRSS, VmHWM).
-    pub fn memory_kb(&self, field: &str) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
-        let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field}"));
-        line.split_whitespace().nth(1).unwrap().parse().unwrap()
-    }
-
-    /// One value of GET /metrics (0 when absent), e.g. `gateway_slow_client_drops_total`.
-    pub fn metric(&self, name: &str) -> f64 {
-        let (_, body) = self.request("GET", "/metrics", &[], "");
-        body.lines()
-            .filter(|l| !l.starts_with('#'))
-            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.rsplit(' ').next()?.parse().ok()))
-            .unwrap_or(0.0)
+        let port = free_port();
+        let mut all = vec![
+            "--listen".to_owned(),
+            format!("127.0.0.1:{port}"),
+            "--database-url".to_owned(),
+            database_url.to_owned(),
+        ];
+        all.extend(args.iter().map(|s| s.to_string()));
+        let env = vec![
+            ("LITEBASE_GATEWAY_JWT_SECRET", SECRET.to_owned()),
+            ("LITEBASE_GATEWAY_LOG", "info,litebase_streams_gateway=debug".to_owned()),
+        ];
+        Gateway { service: Service::start("gateway", binary(), port, all, env) }
     }
 
     /// A request; (status, body).
@@ -168,16 +115,6 @@ impl Gateway {
 
     pub fn ws(&self, token: &str) -> Ws {
         Ws::connect(self.port, token)
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        self.kill();
-        // The log stays for a failed test to be read.
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_file(&self.log);
-        }
     }
 }
 

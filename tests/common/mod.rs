@@ -12,6 +12,7 @@
 pub mod gateway;
 pub mod nats;
 pub mod pgbouncer;
+pub mod service;
 pub mod subscriptions;
 pub mod webhooks;
 

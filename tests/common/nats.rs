@@ -5,7 +5,8 @@
 //!
 //! nats-server comes from `LITEBASE_STREAMS_NATS_SERVER`, else PATH or
 //! /usr/sbin (Debian's `nats-server`, which `make setup` installs); the bridge
-//! binary from the `gateway` profile's build (scripts/test.sh builds it).
+//! binary from `LITEBASE_STREAMS_BRIDGE_BIN` or the `gateway` profile's build
+//! (scripts/test.sh builds it).
 
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -14,11 +15,8 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 
+use super::service::{free_port, workspace_binary, Service};
 use super::wait_until;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 fn nats_server() -> String {
     if let Ok(bin) = std::env::var("LITEBASE_STREAMS_NATS_SERVER") {
@@ -278,31 +276,28 @@ impl Stored {
     }
 }
 
-/// The bridge binary, or a panic that says how to build it.
-pub fn bridge_binary() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("target"));
-    for profile in ["gateway", "release", "debug"] {
-        let bin = target.join(profile).join("litebase-streams-bridge");
-        if bin.exists() {
-            return bin;
-        }
-    }
-    panic!("no bridge binary: run `cargo build --profile gateway -p litebase-streams-bridge` (scripts/test.sh does)");
+/// The bridge as a process ([`Service`]: port, log, restart, kill,
+/// exited, metric, memory_kb, get).
+pub struct Bridge {
+    service: Service,
 }
 
-/// The bridge as a process, logging to a file of its own.
-pub struct Bridge {
-    child: Option<Child>,
-    pub port: u16,
-    args: Vec<String>,
-    pub log: PathBuf,
+impl std::ops::Deref for Bridge {
+    type Target = Service;
+    fn deref(&self) -> &Service {
+        &self.service
+    }
+}
+
+impl std::ops::DerefMut for Bridge {
+    fn deref_mut(&mut self) -> &mut Service {
+        &mut self.service
+    }
 }
 
 impl Bridge {
     pub fn start(database_url: &str, nats_url: &str, args: &[&str]) -> Bridge {
         let port = free_port();
-        let log = std::env::temp_dir().join(format!("litebase-bridge-test-{}-{port}.log", std::process::id()));
         let mut all = vec![
             "--database-url".to_owned(),
             database_url.to_owned(),
@@ -312,87 +307,9 @@ impl Bridge {
             format!("127.0.0.1:{port}"),
         ];
         all.extend(args.iter().map(|s| s.to_string()));
-        let mut bridge = Bridge { child: None, port, args: all, log };
-        bridge.spawn();
-        bridge
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
-        let child = Command::new(bridge_binary())
-            .args(&self.args)
-            .env("LITEBASE_BRIDGE_LOG", "info,litebase_streams_bridge=debug")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("the bridge starts");
-        self.child = Some(child);
-        let port = self.port;
-        wait_until("the bridge serves /metrics", Duration::from_secs(20), || {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("the bridge exited ({status}):\n{}", self.log_text());
-            }
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    /// SIGKILL, then the same command again.
-    pub fn kill_and_restart(&mut self) {
-        self.kill();
-        self.spawn();
-    }
-
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Its exit status, once it exited by itself.
-    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().unwrap())
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// A field of /proc/<pid>/status in kB (VmRSS, VmHWM).
-    pub fn memory_kb(&self, field: &str) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
-        let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field}"));
-        line.split_whitespace().nth(1).unwrap().parse().unwrap()
-    }
-
-    /// GET `path`: (status, body).
-    pub fn get(&self, path: &str) -> (u16, String) {
-        use std::io::{Read, Write};
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else { return (0, String::new()) };
-        let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
-        let mut text = String::new();
-        let _ = s.read_to_string(&mut text);
-        let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-        (status, text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default())
-    }
-
-    /// One value of /metrics (0 when absent), e.g. `litebase_streams_bridge_events_total`
-    /// or `litebase_streams_bridge_up{target="nats"}`.
-    pub fn metric(&self, name: &str) -> f64 {
-        let (_, body) = self.get("/metrics");
-        body.lines()
-            .filter(|l| !l.starts_with('#'))
-            .find_map(|l| l.strip_prefix(name).filter(|r| r.starts_with(' ')).and_then(|r| r.trim().parse().ok()))
-            .unwrap_or(0.0)
-    }
-}
-
-impl Drop for Bridge {
-    fn drop(&mut self) {
-        self.kill();
+        let binary =
+            workspace_binary("litebase-streams-bridge", "LITEBASE_STREAMS_BRIDGE_BIN", "litebase-streams-bridge");
+        let env = vec![("LITEBASE_BRIDGE_LOG", "info,litebase_streams_bridge=debug".to_owned())];
+        Bridge { service: Service::start("bridge", binary, port, all, env) }
     }
 }
