@@ -4,10 +4,12 @@
 //! While the sink fails, the window's transaction keeps its events (nobody
 //! else gets them, and nothing new is read: memory stays at one batch) and
 //! the batch is published again from its first unstored message, for at most
-//! --max-hold. Then the window is rolled back and the session reconnects.
-//! Whatever ends a window early (a crash of the bridge, a lost session, a
-//! server restart) gives its events back; they come again and the sink's
-//! duplicate detection (JetStream's `Nats-Msg-Id`) drops the ones it stored.
+//! --max-hold-secs. Then what the sink stored is acked, the rest rolled back,
+//! and the session reconnects. Whatever ends a window early (a crash of the
+//! bridge, a lost session, a server restart) gives its events back; they come
+//! again, the bridge skips what the sink says it holds ([`Sink::last_stored`])
+//! and the sink's duplicate detection (JetStream's `Nats-Msg-Id`) drops the
+//! rest it stored.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -59,28 +61,59 @@ pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, stop: &AtomicBool) -> Resu
     }
 }
 
-/// One window: how many events it stored.
+/// One window: how many events it stored. A window that was delivered
+/// before (given back by a crash, a rollback, a lost session) or that the
+/// sink failed on first asks the sink what it already holds, and does not
+/// publish that again: no duplicate even past JetStream's duplicate window.
+/// When the sink fails for good (past --max-hold-secs), what it stored is
+/// acked and committed before the rest is given back.
 async fn window<S: Sink>(cfg: &Config, source: &mut Source, sink: &mut S) -> Result<usize, DbError> {
     let m = metrics::get();
-    let mut fetched = source.open_window(cfg.max_in_flight_bytes).await?;
+    let started = Instant::now();
+    let mut fetched = source.open_window().await?;
     let mut total = 0usize;
     let mut through = None;
-    while !fetched.messages.is_empty() {
-        m.in_flight_events.set(fetched.messages.len() as f64);
+    let mut held_through = None;
+    if fetched.redelivered {
+        held_through = sink.last_stored(&source.log_id).await;
+    }
+    loop {
+        let mut batch = &fetched.messages[..];
+        if let Some(held) = held_through {
+            let skip = batch.iter().take_while(|e| e.position <= held).count();
+            if skip > 0 {
+                info!(through = held, events = skip, "the sink already holds them; not publishing them again");
+                m.duplicates.increment(skip as u64);
+                through = Some(batch[skip - 1].position);
+                total += skip;
+                batch = &batch[skip..];
+            }
+        }
+        m.in_flight_events.set(batch.len() as f64);
         m.in_flight_bytes.set(fetched.bytes as f64);
-        store(cfg, sink, &fetched.messages).await.inspect_err(|_| {
-            m.in_flight_events.set(0.0);
-            m.in_flight_bytes.set(0.0);
-        })?;
-        total += fetched.messages.len();
-        through = fetched.messages.last().map(|e| e.position);
-        let done = fetched.messages.len() < fetched.asked || total >= cfg.window as usize;
+        let outcome = store(cfg, sink, batch, &source.log_id, started).await;
         m.in_flight_events.set(0.0);
         m.in_flight_bytes.set(0.0);
-        if done {
-            break;
+        total += outcome.stored;
+        if outcome.stored > 0 {
+            through = Some(batch[outcome.stored - 1].position);
         }
-        fetched = source.fetch(cfg.max_in_flight_bytes).await?;
+        if let Err(e) = outcome.failed {
+            // Keep what the sink stored: ack it, then give the rest back.
+            if through.is_some() {
+                source.settle(through);
+                let _ = source.settle_now().await;
+                m.windows.increment(1);
+            }
+            return Err(e);
+        }
+        match source.fetch(cfg.max_in_flight_bytes).await? {
+            Some(next) if !next.messages.is_empty() => fetched = next,
+            _ => break,
+        }
+        if fetched.redelivered && held_through.is_none() {
+            held_through = sink.last_stored(&source.log_id).await;
+        }
     }
     source.settle(through);
     if through.is_some() {
@@ -89,29 +122,43 @@ async fn window<S: Sink>(cfg: &Config, source: &mut Source, sink: &mut S) -> Res
     Ok(total)
 }
 
+/// What [`store`] did with a batch.
+struct Outcome {
+    /// Messages, from the first, the sink stored for sure.
+    stored: usize,
+    failed: Result<(), DbError>,
+}
+
 /// Store `batch` in the sink, retrying from its first unstored message while
-/// the window may be held.
-async fn store<S: Sink>(cfg: &Config, sink: &mut S, batch: &[Message]) -> Result<(), DbError> {
+/// the window (opened at `started`) may be held; each retry first asks the
+/// sink what it holds.
+async fn store<S: Sink>(cfg: &Config, sink: &mut S, batch: &[Message], log_id: &str, started: Instant) -> Outcome {
     let m = metrics::get();
-    let started = Instant::now();
     let mut from = 0;
     let mut attempt = 0u32;
-    loop {
+    while from < batch.len() {
+        if attempt > 0 {
+            if let Some(held) = sink.last_stored(log_id).await {
+                let skip = batch[from..].iter().take_while(|e| e.position <= held).count();
+                m.duplicates.increment(skip as u64);
+                from += skip;
+                if from == batch.len() {
+                    break;
+                }
+            }
+        }
         let outcome = sink.store(&batch[from..]).await;
         m.bridged.increment((outcome.stored - outcome.duplicates) as u64);
         m.duplicates.increment(outcome.duplicates as u64);
         from += outcome.stored;
         if from == batch.len() {
-            if attempt > 0 {
-                info!(attempts = attempt + 1, "the sink stored the batch");
-            }
-            return Ok(());
+            break;
         }
         m.publish_failures.increment(1);
         let why = outcome.error.unwrap_or_else(|| "stopped".into());
         if started.elapsed() >= cfg.max_hold() {
-            error!("the sink failed for --max-hold ({} s): {why}; giving the window back", cfg.max_hold_secs);
-            return Err(DbError { message: format!("sink: {why}"), fatal: false });
+            error!("the sink failed for --max-hold-secs ({} s): {why}; giving the window back", cfg.max_hold_secs);
+            return Outcome { stored: from, failed: Err(DbError { message: format!("sink: {why}"), fatal: false }) };
         }
         attempt += 1;
         warn!(position = batch[from].position, attempt, "the sink failed: {why}; publishing again");
@@ -123,4 +170,8 @@ async fn store<S: Sink>(cfg: &Config, sink: &mut S, batch: &[Message]) -> Result
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
+    if attempt > 0 {
+        info!(attempts = attempt + 1, "the sink stored the batch");
+    }
+    Outcome { stored: from, failed: Ok(()) }
 }

@@ -69,7 +69,7 @@ pub struct Config {
     pub nats_token: Option<String>,
 
     /// The JetStream stream written to; created if absent with --subjects, --replicas, --storage and
-    /// --duplicate-window (an existing one is used as it is).
+    /// --duplicate-window-secs (an existing one is used as it is).
     #[arg(long, env = "LITEBASE_BRIDGE_JETSTREAM_STREAM", default_value = "LITEBASE_STREAMS")]
     pub jetstream_stream: String,
 
@@ -91,9 +91,9 @@ pub struct Config {
     #[arg(long, env = "LITEBASE_BRIDGE_STORAGE", value_enum, default_value_t = Storage::File)]
     pub storage: Storage,
 
-    /// Seconds JetStream remembers a message id (a stream the bridge creates). A bridge that comes back within
-    /// it after a crash stores nothing twice; one that comes back later may store the events of its last
-    /// unacked window twice. JetStream keeps every id of the window in memory.
+    /// Seconds JetStream remembers a message id (a stream the bridge creates). A window delivered again first
+    /// skips what the stream's newest message says it holds; past this window, an event published again when
+    /// JetStream could not be asked that may be stored twice. JetStream keeps every id of the window in memory.
     #[arg(long, env = "LITEBASE_BRIDGE_DUPLICATE_WINDOW", default_value_t = 120)]
     pub duplicate_window_secs: u64,
 
@@ -101,8 +101,8 @@ pub struct Config {
     #[arg(long, env = "LITEBASE_BRIDGE_WINDOW", default_value_t = 100)]
     pub window: i32,
 
-    /// Most bytes of event data read from the database and not yet acknowledged by JetStream; a window of
-    /// larger events is published in parts.
+    /// Most bytes of events (data and headers) read from the database and not yet acknowledged by JetStream
+    /// (one event larger than it is read alone); a window of larger events is fetched and published in parts.
     #[arg(long, env = "LITEBASE_BRIDGE_MAX_IN_FLIGHT_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub max_in_flight_bytes: usize,
 
@@ -111,7 +111,7 @@ pub struct Config {
     pub ack_timeout_ms: u64,
 
     /// Seconds a window is retried while its transaction holds its events; then it is rolled back (its events
-    /// come again) and the bridge reconnects. Must be shorter than --duplicate-window.
+    /// come again) and the bridge reconnects. Must be shorter than --duplicate-window-secs.
     #[arg(long, env = "LITEBASE_BRIDGE_MAX_HOLD", default_value_t = 60)]
     pub max_hold_secs: u64,
 
@@ -161,7 +161,7 @@ impl Config {
         }
         if self.max_hold_secs == 0 || self.max_hold_secs >= self.duplicate_window_secs {
             return Err(format!(
-                "--max-hold ({} s) must be more than 0 and shorter than --duplicate-window ({} s): a window retried \
+                "--max-hold-secs ({} s) must be more than 0 and shorter than --duplicate-window-secs ({} s): a window retried \
                  after JetStream forgot its message ids would be stored twice",
                 self.max_hold_secs, self.duplicate_window_secs
             ));
@@ -171,10 +171,11 @@ impl Config {
         }
         if self.subjects.is_none() && self.subject_prefix.is_none() {
             let subjects = crate::subjects::for_pattern(None, &self.pattern)?;
-            if subjects.iter().any(|s| s == ">") {
+            if let Some(s) = subjects.iter().find(|s| crate::subjects::captures_system_subjects(s)) {
                 return Err(format!(
-                    "--pattern {:?} maps to every NATS subject: a JetStream stream on `>` would also capture \
-                     JetStream's own replies. Give --subject-prefix (events go to <prefix>.<stream>) or --subjects",
+                    "--pattern {:?} maps to `{s}`: a JetStream stream on it would also capture NATS's own \
+                     subjects (JetStream's API `$JS.API.>`, replies on `_INBOX.>`). Give --subject-prefix (events go \
+                     to <prefix>.<stream>) or --subjects",
                     self.pattern
                 ));
             }

@@ -16,6 +16,10 @@ pub struct JetStream {
     client: async_nats::Client,
     js: jetstream::Context,
     ack_timeout: Duration,
+    /// The JetStream stream written to.
+    stream: String,
+    /// The bridge's subscription, as its messages' Litebase-Subscription says.
+    subscription: String,
 }
 
 impl JetStream {
@@ -55,7 +59,13 @@ impl JetStream {
         let client = options.connect(servers).await.map_err(|e| format!("NATS: {e}"))?;
         let mut js = jetstream::new(client.clone());
         js.set_timeout(cfg.ack_timeout());
-        let sink = JetStream { client, js, ack_timeout: cfg.ack_timeout() };
+        let sink = JetStream {
+            client,
+            js,
+            ack_timeout: cfg.ack_timeout(),
+            stream: cfg.jetstream_stream.clone(),
+            subscription: crate::source::defused(&cfg.subscription),
+        };
         let mut attempt = 0;
         loop {
             match sink.ensure_stream(cfg).await {
@@ -105,6 +115,36 @@ pub fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(100u64.saturating_mul(1 << attempt.min(6))).min(Duration::from_secs(5))
 }
 
+/// Bytes of `message` as NATS counts them against max_payload: its payload
+/// and its header block (`NATS/1.0`, a line per header, a blank line).
+fn wire_size(message: &Message) -> usize {
+    let line = |k: &str, v: &str| k.len() + v.len() + 4;
+    12 + message.payload.len()
+        + message.headers.iter().map(|(k, v)| line(k, v)).sum::<usize>()
+        + message.event_headers.iter().map(|(k, v)| line(k, v)).sum::<usize>()
+        + line("Nats-Msg-Id", &message.id)
+        + line("Nats-Expected-Last-Msg-Id", &message.id)
+}
+
+/// What goes to NATS for an event larger than the server takes (max_payload,
+/// 1 MiB by default): the same message id and Litebase-* headers (but
+/// Litebase-Headers), no data, and `Litebase-Truncated: <bytes>`; a consumer
+/// reads the event with `streams.get(position)`. Anything else would stop
+/// the bridge at that event for good.
+fn stand_in(message: &Message, bytes: usize) -> Message {
+    let mut headers: Vec<(&'static str, String)> =
+        message.headers.iter().filter(|(k, _)| *k != "Litebase-Headers").cloned().collect();
+    headers.push(("Litebase-Truncated", bytes.to_string()));
+    Message {
+        position: message.position,
+        subject: message.subject.clone(),
+        id: message.id.clone(),
+        headers,
+        event_headers: Vec::new(),
+        payload: bytes::Bytes::new(),
+    }
+}
+
 fn headers_of(message: &Message) -> HeaderMap {
     let mut headers = HeaderMap::new();
     for (name, value) in &message.event_headers {
@@ -120,9 +160,26 @@ impl Sink for JetStream {
     async fn store(&mut self, messages: &[Message]) -> Stored {
         let mut pending = Vec::with_capacity(messages.len());
         let mut outcome = Stored::default();
-        for message in messages {
-            let publish =
+        let max_payload = self.client.server_info().max_payload;
+        for (i, message) in messages.iter().enumerate() {
+            let size = wire_size(message);
+            let truncated;
+            let message = if max_payload > 0 && size > max_payload {
+                warn!(position = message.position, bytes = size, max_payload, "larger than NATS takes: a stand-in");
+                metrics::get().truncated.increment(1);
+                truncated = stand_in(message, size);
+                &truncated
+            } else {
+                message
+            };
+            let mut publish =
                 Publish::build().payload(message.payload.clone()).headers(headers_of(message)).message_id(&message.id);
+            // Each message after the first is stored only right after the one
+            // before it: if one is lost (a connection drop, a leader change)
+            // the ones after it are refused too, never stored out of order.
+            if i > 0 {
+                publish = publish.expected_last_message_id(&messages[i - 1].id);
+            }
             match self.js.send_publish(message.subject.clone(), publish).await {
                 Ok(ack) => pending.push(ack),
                 Err(e) => {
@@ -148,6 +205,20 @@ impl Sink for JetStream {
             }
         }
         outcome
+    }
+
+    async fn last_stored(&mut self, log_id: &str) -> Option<i64> {
+        let mut stream = self.js.get_stream(&self.stream).await.ok()?;
+        let state = stream.info().await.ok()?.state.clone();
+        if state.messages == 0 {
+            return None;
+        }
+        let last = stream.get_raw_message(state.last_sequence).await.ok()?;
+        let header = |name: &str| last.headers.get(name).map(|v| v.as_str().to_owned());
+        let ours = header("Litebase-Log-Id").as_deref() == Some(log_id)
+            && header("Litebase-Subscription").as_deref() == Some(self.subscription.as_str());
+        let position = header("Litebase-Position")?.parse().ok()?;
+        ours.then_some(position)
     }
 
     fn connected(&self) -> bool {

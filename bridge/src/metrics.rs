@@ -14,6 +14,8 @@ pub struct Metrics {
     pub duplicates: Counter,
     /// Windows acked in the database.
     pub windows: Counter,
+    /// Events larger than NATS's max_payload, stored as a stand-in without data.
+    pub truncated: Counter,
     pub publish_failures: Counter,
     pub nats_reconnects: Counter,
     pub database_reconnects: Counter,
@@ -54,6 +56,7 @@ pub fn install() {
         bridged: counter!("litebase_streams_bridge_events_total"),
         duplicates: counter!("litebase_streams_bridge_duplicates_total"),
         windows: counter!("litebase_streams_bridge_acks_total"),
+        truncated: counter!("litebase_streams_bridge_truncated_total"),
         publish_failures: counter!("litebase_streams_bridge_publish_failures_total"),
         nats_reconnects: counter!("litebase_streams_bridge_reconnects_total", "target" => "nats"),
         database_reconnects: counter!("litebase_streams_bridge_reconnects_total", "target" => "database"),

@@ -46,6 +46,13 @@ pub trait Sink {
     /// Store `messages` in their order.
     fn store(&mut self, messages: &[Message]) -> impl std::future::Future<Output = Stored> + Send;
 
+    /// The position of the newest message the sink holds from this bridge's
+    /// subscription of log `log_id`, if it can tell (None: nothing, another
+    /// writer's message, or no answer). A window delivered again skips what
+    /// it holds instead of counting on the sink's duplicate detection, which
+    /// lasts a limited time.
+    fn last_stored(&mut self, log_id: &str) -> impl std::future::Future<Output = Option<i64>> + Send;
+
     /// Whether it is connected (a retry waits for it).
     fn connected(&self) -> bool;
 }

@@ -12,6 +12,7 @@
 //! subscription's name obeys the stream naming rule (checked at start), and
 //! numbers are numbers, so nothing needs quoting beyond the single quotes.
 
+use std::collections::VecDeque;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -63,14 +64,16 @@ impl std::fmt::Display for DbError {
 pub struct Source {
     client: Client,
     subscription: String,
-    log_id: String,
+    /// streams.log_id(): the first part of every message id.
+    pub log_id: String,
     subject_prefix: Option<String>,
     window: i32,
     poll_wait_ms: u64,
     /// `ack ...; COMMIT` of the window before, sent with the next `BEGIN`.
     settle: Option<String>,
-    /// The largest event (bytes) this session read, which sizes the fetches.
-    largest: usize,
+    /// The sizes (bytes) of the open window's events not fetched yet, in
+    /// position order: the first row of a window carries them all.
+    unfetched: VecDeque<usize>,
 }
 
 /// The session's own settings, whatever the database or role say.
@@ -81,6 +84,7 @@ const SESSION: &str = "SET application_name = 'litebase-streams-bridge';
     SET default_transaction_deferrable = off;
     SET synchronous_commit = on;
     SET lock_timeout = 0;
+    SET idle_session_timeout = 0;
     SET TimeZone = 'UTC';
     SET DateStyle = 'ISO';
     SET IntervalStyle = 'postgres';
@@ -168,37 +172,44 @@ impl Source {
             window: cfg.window,
             poll_wait_ms: cfg.poll_wait_ms,
             settle: None,
-            largest: 0,
+            unfetched: VecDeque::new(),
         })
     }
 
     /// Settle the window before (if any) and open the next: claim up to a
-    /// window of events and fetch the first of them, at most `max_bytes`.
-    pub async fn open_window(&mut self, max_bytes: usize) -> Result<Fetched, DbError> {
+    /// window of events and fetch the first of them. Its row also carries
+    /// the size of every event of the window (the cursor's query holds them
+    /// in the server, not here), so the fetches after it take exactly what
+    /// fits in the in-flight bound.
+    pub async fn open_window(&mut self) -> Result<Fetched, DbError> {
         let mut sql = self.settle.take().unwrap_or_default();
         sql.push_str(&format!(
-            "BEGIN; DECLARE lbs_window NO SCROLL CURSOR FOR SELECT position, stream, \
-             to_char(time, 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), tx::text, data::text, type, key, headers::text \
-             FROM streams.poll('{}', max_events => {}, wait => '{} milliseconds'); ",
+            "BEGIN; DECLARE lbs_window NO SCROLL CURSOR FOR \
+             SELECT position, stream, time, tx, data, type, key, headers, attempt, \
+                    CASE WHEN n = 1 THEN array_agg(octet_length(data) + coalesce(octet_length(headers), 0)) OVER all_rows END \
+             FROM (SELECT position, stream, to_char(time, 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS time, tx::text AS tx, \
+                          data::text AS data, type, key, headers::text AS headers, attempt, \
+                          row_number() OVER (ORDER BY position) AS n \
+                   FROM streams.poll('{}', max_events => {}, wait => '{} milliseconds')) w \
+             WINDOW all_rows AS (ORDER BY position ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) \
+             ORDER BY position; FETCH 1 FROM lbs_window",
             self.subscription, self.window, self.poll_wait_ms
         ));
-        let rows = self.fetch_rows(max_bytes);
-        sql.push_str(&format!("FETCH {rows} FROM lbs_window"));
-        self.run_fetch(&sql, rows).await
+        self.unfetched.clear();
+        self.run_fetch(&sql).await
     }
 
-    /// Fetch the window's next events, about `max_bytes` of them (at least one).
-    pub async fn fetch(&mut self, max_bytes: usize) -> Result<Fetched, DbError> {
-        let rows = self.fetch_rows(max_bytes);
-        self.run_fetch(&format!("FETCH {rows} FROM lbs_window"), rows).await
+    /// Fetch the window's next events: as many as fit in `max_bytes` (at
+    /// least one). None when the window has no more.
+    pub async fn fetch(&mut self, max_bytes: usize) -> Result<Option<Fetched>, DbError> {
+        let rows = rows_within(&self.unfetched, max_bytes);
+        if rows == 0 {
+            return Ok(None);
+        }
+        self.run_fetch(&format!("FETCH {rows} FROM lbs_window")).await.map(Some)
     }
 
-    /// Rows to fetch for about `max_bytes`, sized by the largest event seen.
-    fn fetch_rows(&self, max_bytes: usize) -> usize {
-        fetch_rows(max_bytes, self.largest)
-    }
-
-    async fn run_fetch(&mut self, sql: &str, asked: usize) -> Result<Fetched, DbError> {
+    async fn run_fetch(&mut self, sql: &str) -> Result<Fetched, DbError> {
         let result = self.client.simple_query(sql).await;
         let messages = match result {
             Ok(m) => m,
@@ -217,10 +228,14 @@ impl Source {
                 _ => {}
             }
         }
-        let mut fetched = Fetched { asked, ..Fetched::default() };
+        let mut fetched = Fetched::default();
         for row in &last {
+            if let Some(sizes) = row.get(9) {
+                self.unfetched = parse_sizes(sizes);
+            }
+            self.unfetched.pop_front();
             let m = self.message(row)?;
-            self.largest = self.largest.max(m.size());
+            fetched.redelivered |= row.get(8).and_then(|a| a.parse::<i32>().ok()).is_some_and(|a| a > 1);
             fetched.bytes += m.size();
             fetched.messages.push(m);
         }
@@ -261,19 +276,20 @@ impl Source {
         let mut headers: Vec<(&'static str, String)> = vec![
             ("Litebase-Log-Id", self.log_id.clone()),
             ("Litebase-Position", position.to_string()),
-            ("Litebase-Stream", stream.to_owned()),
+            ("Litebase-Subscription", defused(&self.subscription)),
+            ("Litebase-Stream", defused(stream)),
             ("Litebase-Time", row.get(2).unwrap_or_default().to_owned()),
             ("Litebase-Tx", row.get(3).unwrap_or_default().to_owned()),
         ];
         if let Some(t) = row.get(5) {
-            headers.push(("Litebase-Type", t.to_owned()));
+            headers.push(("Litebase-Type", defused(t)));
         }
         if let Some(k) = row.get(6) {
-            headers.push(("Litebase-Key", k.to_owned()));
+            headers.push(("Litebase-Key", defused(k)));
         }
         let mut event_headers = Vec::new();
         if let Some(json) = row.get(7) {
-            headers.push(("Litebase-Headers", json.to_owned()));
+            headers.push(("Litebase-Headers", defused_json(json)));
             if let Ok(serde_json::Value::Object(map)) = serde_json::from_str(json) {
                 for (name, value) in map {
                     if let serde_json::Value::String(value) = value {
@@ -300,32 +316,97 @@ impl Source {
 pub struct Fetched {
     pub messages: Vec<Message>,
     pub bytes: usize,
-    /// Rows it asked for: fewer came when the window has no more.
-    pub asked: usize,
+    /// Whether one of them was delivered before (a window given back by a
+    /// crash, a rollback, a lost session): JetStream may hold it already.
+    pub redelivered: bool,
 }
 
-/// The size an event is taken to have before the session has read any: the
-/// first fetch of a session is of at most a few events whatever they hold.
-const FIRST_GUESS: usize = 1024 * 1024;
+/// Bytes counted for an event besides its data and headers (the Litebase-*
+/// headers, subject and message id).
+const OVERHEAD: usize = 256;
 
-/// How many rows to fetch for about `max_bytes` when events are up to
-/// `largest` bytes (0: none read yet, [`FIRST_GUESS`]): 1 to 1,000.
-fn fetch_rows(max_bytes: usize, largest: usize) -> usize {
-    let largest = if largest == 0 { FIRST_GUESS } else { largest.max(256) };
-    (max_bytes / largest).clamp(1, 1000)
+/// How many of the next events (of `sizes` bytes each, data and headers) to
+/// fetch within `max_bytes`: at least one, if any is left.
+fn rows_within(sizes: &VecDeque<usize>, max_bytes: usize) -> usize {
+    let mut total = 0;
+    let mut rows = 0;
+    for size in sizes {
+        total += size + OVERHEAD;
+        if rows > 0 && total > max_bytes {
+            break;
+        }
+        rows += 1;
+    }
+    rows
+}
+
+/// A window's sizes as PostgreSQL prints an int array: `{12,40,7}`.
+fn parse_sizes(text: &str) -> VecDeque<usize> {
+    text.trim_matches(['{', '}']).split(',').filter_map(|n| n.trim().parse().ok()).collect()
+}
+
+/// nats-server before 2.11 (Debian 12 ships 2.9) finds `Nats-Msg-Id` and
+/// the other `Nats-*` headers by their first occurrence anywhere in a
+/// message's header block (nats-server #3649): a value that contains the
+/// text would hide the bridge's own message id, and JetStream's duplicate
+/// detection with it. So no value the bridge copies from an event contains
+/// `nats-` in any letter case.
+fn has_nats_text(text: &str) -> bool {
+    text.to_ascii_lowercase().contains("nats-")
+}
+
+/// A value copied from an event (its stream, type, key), as a header value
+/// nats-server cannot mistake for one of its own: unchanged unless it holds
+/// `%` or `nats-` (any case); then `%` is written `%25` and the `-` of each
+/// `nats-` `%2D`. Percent-decoding gives the original back.
+pub fn defused(value: &str) -> String {
+    if !value.contains('%') && !has_nats_text(value) {
+        return value.to_owned();
+    }
+    let mut out = String::with_capacity(value.len() + 8);
+    let lower = value.to_ascii_lowercase();
+    for (i, c) in value.char_indices() {
+        match c {
+            '%' => out.push_str("%25"),
+            '-' if i >= 4 && lower[..i].ends_with("nats") => out.push_str("%2D"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The envelope's headers as JSON, with the `-` of every `nats-` (any case)
+/// written as the JSON escape `\u002d`: the same JSON value, and no text
+/// nats-server could mistake for one of its headers. (In JSON text such a
+/// `-` can only stand inside a string.)
+pub fn defused_json(json: &str) -> String {
+    if !has_nats_text(json) {
+        return json.to_owned();
+    }
+    let lower = json.to_ascii_lowercase();
+    let mut out = String::with_capacity(json.len() + 16);
+    for (i, c) in json.char_indices() {
+        if c == '-' && i >= 4 && lower[..i].ends_with("nats") {
+            out.push_str("\\u002d");
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Whether an envelope header travels as a NATS header of its own: its name
-/// a header token, not one of NATS's (`Nats-*`, which steer JetStream: a
-/// publisher must not set the message id or expectations) nor the bridge's
-/// (`Litebase-*`), and a value on one line. Every header is in
+/// a header token, not the bridge's (`Litebase-*`), neither name nor value
+/// with `nats-` in it (`Nats-*` headers steer JetStream: a publisher must not
+/// set the message id or expectations, nor hide the bridge's, see
+/// [`has_nats_text`]), and a value on one line. Every header is in
 /// `Litebase-Headers` anyway.
 pub fn carries(name: &str, value: &str) -> bool {
-    let lower = name.to_ascii_lowercase();
     !name.is_empty()
         && name.bytes().all(|b| (33..=126).contains(&b) && b != b':')
-        && !lower.starts_with("nats-")
-        && !lower.starts_with("litebase-")
+        && !name.to_ascii_lowercase().starts_with("litebase-")
+        && !has_nats_text(name)
+        && !has_nats_text(value)
         && !value.contains(['\r', '\n'])
 }
 
@@ -354,10 +435,24 @@ mod tests {
     }
 
     #[test]
-    fn fetches_are_sized_by_the_largest_event_seen() {
-        assert_eq!(fetch_rows(8 << 20, 0), 8);
-        assert_eq!(fetch_rows(8 << 20, 100_000), 83);
-        assert_eq!(fetch_rows(8 << 20, 300), 1000);
-        assert_eq!(fetch_rows(1024, 1 << 30), 1);
+    fn fetches_take_what_fits_in_the_bound_and_at_least_one_event() {
+        let sizes: VecDeque<usize> = [1000, 1000, 300_000, 1000].into_iter().collect();
+        assert_eq!(rows_within(&sizes, 8 << 20), 4);
+        assert_eq!(rows_within(&sizes, 10_000), 2);
+        assert_eq!(rows_within(&[2 << 20].into_iter().collect(), 1 << 20), 1);
+        assert_eq!(rows_within(&VecDeque::new(), 1 << 20), 0);
+        assert_eq!(parse_sizes("{12,40,7}"), [12, 40, 7]);
+    }
+
+    #[test]
+    fn no_copied_value_holds_text_nats_server_takes_for_its_own_headers() {
+        assert_eq!(defused("order.paid"), "order.paid");
+        assert_eq!(defused("see Nats-Msg-Id"), "see Nats%2DMsg-Id");
+        assert_eq!(defused("NATS-x nats-y 50%"), "NATS%2Dx nats%2Dy 50%25");
+        assert_eq!(defused_json(r#"{"Nats-Msg-Id":"forged"}"#), r#"{"Nats\u002dMsg-Id":"forged"}"#);
+        let back: serde_json::Value = serde_json::from_str(&defused_json(r#"{"a":"x nats-y"}"#)).unwrap();
+        assert_eq!(back["a"], "x nats-y");
+        assert!(!carries("X-Nats-Msg-Id", "x"));
+        assert!(!carries("note", "see Nats-Msg-Id"));
     }
 }

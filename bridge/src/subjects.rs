@@ -57,20 +57,43 @@ pub fn for_pattern(prefix: Option<&str>, pattern: &str) -> Result<Vec<String>, S
     }])
 }
 
-/// A subject prefix: one or more non-empty tokens without wildcards or spaces.
+/// A subject prefix: one or more non-empty tokens without wildcards or
+/// spaces, and not under NATS's own subjects.
 pub fn check_prefix(prefix: &str) -> Result<(), String> {
     let bad = prefix.split('.').any(|t| t.is_empty() || t.contains(['*', '>']) || t.chars().any(char::is_whitespace));
-    if bad {
+    if bad || captures_system_subjects(prefix) {
         return Err(format!(
-            "--subject-prefix {prefix:?}: NATS subject tokens, non-empty, separated by '.', without '*', '>' or spaces"
+            "--subject-prefix {prefix:?}: NATS subject tokens, non-empty, separated by '.', without '*', '>' or \
+             spaces, and not `$...` or `_INBOX` (NATS's own subjects)"
         ));
     }
     Ok(())
 }
 
+/// Whether a subject (or a subject filter) reaches subjects NATS uses for
+/// itself: its first token a wildcard (`>`, `*.>`), `$...` (`$JS.API`,
+/// `$SYS`) or `_INBOX` (request replies, JetStream's acknowledgements).
+pub fn captures_system_subjects(subject: &str) -> bool {
+    let first = subject.split('.').next().unwrap_or_default();
+    matches!(first, "*" | ">" | "_INBOX") || first.starts_with('$')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn subjects_that_reach_nats_own_are_told_apart() {
+        for s in [">", "*.>", "*.*.>", "_INBOX.>", "$JS.API.>", "$SYS"] {
+            assert!(captures_system_subjects(s), "{s}");
+        }
+        for s in ["payment.>", "orders.*.>", "app.>", "inbox.>"] {
+            assert!(!captures_system_subjects(s), "{s}");
+        }
+        assert!(check_prefix("_INBOX").is_err());
+        assert!(check_prefix("$JS").is_err());
+        assert!(check_prefix("app.events").is_ok());
+    }
 
     #[test]
     fn a_stream_name_is_its_subject_and_empty_segments_become_tilde() {
