@@ -77,12 +77,16 @@ pub struct Source {
 }
 
 /// The session's own settings, whatever the database or role say.
+/// `synchronous_commit = off`: a window's commit (its ack) does not wait for
+/// the WAL flush, which would cost a disk flush per window. An ack lost in a
+/// server crash only delivers its window again, and that stores nothing twice
+/// (the bridge skips what JetStream holds, JetStream drops message ids it has).
 const SESSION: &str = "SET application_name = 'litebase-streams-bridge';
     SET search_path = pg_catalog, pg_temp;
     SET default_transaction_isolation = 'read committed';
     SET default_transaction_read_only = off;
     SET default_transaction_deferrable = off;
-    SET synchronous_commit = on;
+    SET synchronous_commit = off;
     SET lock_timeout = 0;
     SET idle_session_timeout = 0;
     SET TimeZone = 'UTC';
