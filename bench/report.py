@@ -18,9 +18,10 @@ UNITS = {"x": (fx, "x"), "ms": (fms, " ms"), "us": (lambda x: f"{x:.1f} µs", " 
 def load_results(path):
     """results.json as the report expects it (JSON turned the client counts into strings)."""
     res = json.loads(path.read_text())
-    tp = res["throughput"]
-    tp["runs"] = {k: {int(n): v for n, v in by_n.items()} for k, by_n in tp["runs"].items()}
-    tp["catchup"] = {int(n): v for n, v in tp["catchup"].items()}
+    tp = res.get("throughput")  # absent when only --only runs wrote the file
+    if tp is not None:
+        tp["runs"] = {k: {int(n): v for n, v in by_n.items()} for k, by_n in tp["runs"].items()}
+        tp["catchup"] = {int(n): v for n, v in tp["catchup"].items()}
     return res
 
 
