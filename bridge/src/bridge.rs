@@ -19,7 +19,7 @@ use tracing::{error, info, warn};
 use crate::config::Config;
 use crate::metrics;
 use crate::sink::{Message, Sink};
-use crate::source::{self, DbError, Source};
+use crate::source::{DbError, Source};
 
 /// Run until a fatal error (bad configuration, missing privileges) or until
 /// `stop` is set: then the window in hand is finished and committed.
@@ -36,7 +36,7 @@ pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, stop: &AtomicBool) -> Resu
                 failures += 1;
                 metrics::get().database_reconnects.increment(1);
                 warn!("database: {e}; reconnecting");
-                tokio::time::sleep(source::backoff(failures)).await;
+                tokio::time::sleep(crate::jetstream::backoff(failures)).await;
                 continue;
             }
         };
@@ -57,7 +57,7 @@ pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, stop: &AtomicBool) -> Resu
         source.abandon().await;
         metrics::set_database_up(false);
         metrics::get().database_reconnects.increment(1);
-        tokio::time::sleep(source::backoff(failures)).await;
+        tokio::time::sleep(crate::jetstream::backoff(failures)).await;
     }
 }
 

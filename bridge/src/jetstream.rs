@@ -64,7 +64,7 @@ impl JetStream {
             js,
             ack_timeout: cfg.ack_timeout(),
             stream: cfg.jetstream_stream.clone(),
-            subscription: crate::source::defused(&cfg.subscription),
+            subscription: crate::headers::defused(&cfg.subscription),
         };
         let mut attempt = 0;
         loop {

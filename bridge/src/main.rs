@@ -9,6 +9,7 @@
 
 mod bridge;
 mod config;
+mod headers;
 mod jetstream;
 mod metrics;
 mod sink;

@@ -27,6 +27,9 @@ mod bridge;
 #[path = "../config.rs"]
 mod config;
 #[allow(dead_code)]
+#[path = "../headers.rs"]
+mod headers;
+#[allow(dead_code)]
 #[path = "../jetstream.rs"]
 mod jetstream;
 #[allow(dead_code)]
@@ -234,6 +237,7 @@ async fn direct(a: Direct) -> Result<serde_json::Value, String> {
     metrics::install(); // jetstream.rs counts reconnects
     let mut sink = jetstream::JetStream::connect(&cfg).await?;
     let subject = subjects::subject(a.subject_prefix.as_deref(), &a.stream_name);
+    let subscription = headers::defused(&cfg.subscription);
     // What source.rs makes of an event without type, key or headers (the bench's events).
     let message = |i: usize| {
         let position = a.first_position + i as i64;
@@ -244,6 +248,7 @@ async fn direct(a: Direct) -> Result<serde_json::Value, String> {
             headers: vec![
                 ("Litebase-Log-Id", a.log_id.clone()),
                 ("Litebase-Position", position.to_string()),
+                ("Litebase-Subscription", subscription.clone()),
                 ("Litebase-Stream", a.stream_name.clone()),
                 ("Litebase-Time", a.time.clone()),
                 ("Litebase-Tx", a.tx.clone()),
