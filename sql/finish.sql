@@ -51,6 +51,7 @@ GRANT EXECUTE ON FUNCTION streams._replay_check(bigint, timestamptz, xid8),
     streams._replay_limit(integer), streams._replay_until(bigint), streams._stream_matches(text, text[]),
     streams._era(bigint, bigint[]),
     streams._commit_time(bigint),
+    streams._event_json(bigint, text, timestamptz, bigint, text, text, text, text),
     streams._reads_all(), streams._read_patterns(), streams._may_publish(text),
     streams._last_publish_duplicate() TO PUBLIC;
 

@@ -383,18 +383,42 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$
     SELECT e.* FROM streams.events e WHERE e.position = get."position"
 $$;
 
+-- streams._event_json(position, stream, time, tx, type, key, headers, data) -> json
+-- The canonical JSON text of an event from its fields (data and headers
+-- as jsonb prints them, tx as a number); to_json's half in Rust.
+CREATE FUNCTION streams._event_json("position" bigint, stream text, "time" timestamptz, tx bigint, type text,
+                                    key text, headers text, data text) RETURNS json
+LANGUAGE c IMMUTABLE PARALLEL SAFE AS 'MODULE_PATHNAME', '_event_json_wrapper';
+
+-- streams.to_json(e streams.events) -> json
+-- An event (a row of streams.events, replay or get) in its canonical JSON
+-- form, the one every path hands out: position, stream, time (RFC 3339,
+-- UTC, microseconds, Z), tx (a number), then type, key and headers when
+-- set, then data; the text of its notification without prev. json, not
+-- jsonb, so the text stays as written (key order, 49.00).
+--   SELECT streams.to_json(e) FROM streams.replay('orders', after => 0) e;
+CREATE FUNCTION streams.to_json(e streams.events) RETURNS json
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    -- Types qualified: the body is parsed with the caller's search_path.
+    SELECT streams._event_json(e."position", e.stream, e."time", e.tx::pg_catalog.text::pg_catalog.int8, e.type,
+                               e.key, e.headers::pg_catalog.text, e.data::pg_catalog.text)
+$$;
+COMMENT ON FUNCTION streams.to_json(streams.events) IS 'An event in its canonical JSON form: its notification''s text without prev (data always present).';
+COMMENT ON FUNCTION streams._event_json(bigint, text, timestamptz, bigint, text, text, text, text) IS 'Internal: the canonical JSON text of an event from its fields.';
+
 -- streams._replay_check(after, since, from_tx) -> boolean
--- True, or 22023 when more than one of them is given. IMMUTABLE: with literal
--- arguments it runs once, at plan time.
+-- True, or 22023 when both since and from_tx are given (after goes with
+-- either: the later bound wins). IMMUTABLE: with literal arguments it runs
+-- once, at plan time.
 CREATE FUNCTION streams._replay_check(after bigint, since timestamptz, from_tx xid8) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     -- Qualified: num_nonnulls is VARIADIC "any", so an exact-type function in
     -- the caller's search_path would otherwise win.
-    IF pg_catalog.num_nonnulls(after, since, from_tx) OPERATOR(pg_catalog.>) 1 THEN
-        RAISE EXCEPTION 'streams.replay: give at most one of after, since and from_tx'
+    IF pg_catalog.num_nonnulls(since, from_tx) OPERATOR(pg_catalog.>) 1 THEN
+        RAISE EXCEPTION 'streams.replay: give since or from_tx, not both'
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'after => a position, since => a time, or from_tx => a transaction id.';
+                  HINT = 'since => a time or from_tx => a transaction id; after => a position goes with either.';
     END IF;
     RETURN true;
 END
@@ -466,7 +490,10 @@ LANGUAGE c IMMUTABLE PARALLEL SAFE AS 'MODULE_PATHNAME', '_replay_until_wrapper'
 --   types      only events whose type is one of these (null: every event)
 --   filter     only events whose data contains this JSON object (data @> filter)
 --   until      positions up to this one, inclusive (a projection rebuilt as of a position)
--- At most one of after/since/from_tx. To page, continue with after => the last position seen.
+-- since or from_tx, not both. after goes with either: an event is returned
+-- only past both bounds (the later one wins), so a page loop from a time is
+-- replay(since => t, after => the last position seen). To page, continue
+-- with after => the last position seen.
 -- A single SQL query that PostgreSQL inlines into the caller's: with literal
 -- arguments the helpers fold to constants and it plans like a hand-written
 -- range query on streams.events. The filters are conditions on the rows
@@ -487,9 +514,12 @@ LANGUAGE sql STABLE AS $$
     FROM streams.events e
     WHERE streams._replay_check(replay.after, replay.since, replay.from_tx)
       -- after => a position, or nothing: a constant the planner can estimate with.
+      -- With since or from_tx, the later of after and their start (int8larger
+      -- is strict: a start that names nothing final yet returns nothing).
       AND e.position > CASE WHEN replay.since IS NULL AND replay.from_tx IS NULL
                             THEN coalesce(replay.after, 0)
-                            ELSE streams._replay_start(replay.since, replay.from_tx) END
+                            ELSE pg_catalog.int8larger(coalesce(replay.after, 0),
+                                                       streams._replay_start(replay.since, replay.from_tx)) END
       AND (streams._stream_exact(replay.stream) IS NULL OR e.stream = streams._stream_exact(replay.stream))
       AND (streams._stream_prefix_low(replay.stream) IS NULL
            OR (e.stream >= streams._stream_prefix_low(replay.stream)
@@ -545,7 +575,7 @@ $$;
 --   type, key, headers  the envelope (all optional): the event's type, the
 --                       entity it is about, and a JSON object of string
 --                       headers (traceparent, correlation ids); 22023 past
---                       their limits (see README, "The event envelope")
+--                       their limits (docs/publishing.md, "The event envelope")
 --   idempotency_key     at most one event per (stream, key) while the key is
 --                       remembered (litebase_streams.idempotency_window): a
 --                       repeat writes nothing and returns the first one's
@@ -663,7 +693,8 @@ DECLARE
             'EXECUTE ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb, bigint), streams.get(bigint),
                  streams.horizon(), streams.wait(bigint, interval), streams.worker_pid(), streams.log_id(),
                  streams._replay_start(timestamptz, xid8), streams.stream_head(text),
-                 streams.transaction_events(xid8), streams._transaction_final(xid8)']
+                 streams.transaction_events(xid8), streams._transaction_final(xid8),
+                 streams.to_json(streams.events)']
         WHEN 'redact' THEN ARRAY[
             'SELECT ON streams.redactions',
             'EXECUTE ON FUNCTION streams.redact(bigint, text), streams.redact_matching(text, text, jsonb, text)']
@@ -797,9 +828,9 @@ COMMENT ON COLUMN streams.horizon_state.era_bounds IS 'Positions after which a n
 COMMENT ON FUNCTION streams._era(bigint, bigint[]) IS 'Internal: the era of the log a position belongs to.';
 COMMENT ON SEQUENCE streams.position_seq IS 'Hands out positions; advanced only by streams.publish and publish_batch.';
 COMMENT ON FUNCTION streams.get(bigint) IS 'One final event of a stream the caller may read, or null.';
-COMMENT ON FUNCTION streams._replay_check(bigint, timestamptz, xid8) IS 'Internal: at most one of after, since and from_tx.';
+COMMENT ON FUNCTION streams._replay_check(bigint, timestamptz, xid8) IS 'Internal: since or from_tx, not both (after goes with either).';
 COMMENT ON FUNCTION streams._replay_start(timestamptz, xid8) IS 'Internal: where a replay from a time or a transaction starts.';
-COMMENT ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb, bigint) IS 'Final events of the streams a pattern selects (''order.*.failed'': one segment per *), in position order, from a position, time or transaction, up to a position (until); types and filter (data @> filter) keep only the matching ones.';
+COMMENT ON FUNCTION streams.replay(text, bigint, timestamptz, xid8, integer, text[], jsonb, bigint) IS 'Final events of the streams a pattern selects (''order.*.failed'': one segment per *), in position order, from a position, time or transaction (after with since or from_tx: the later bound wins), up to a position (until); types and filter (data @> filter) keep only the matching ones.';
 COMMENT ON FUNCTION streams.transaction_events(xid8) IS 'The events of one transaction, in position order: all of them once every one is final, none before.';
 COMMENT ON FUNCTION streams._transaction_final(xid8) IS 'Internal: whether every event of a transaction is final.';
 COMMENT ON FUNCTION streams._replay_until(bigint) IS 'Internal: replay''s until, checked (22023 when negative; null: no end).';

@@ -144,8 +144,8 @@ fn bad_input_gets_a_sqlstate_and_writes_nothing() {
         ("SELECT streams.publish_batch('bad name', ARRAY['{}']::jsonb[])", "22023"),
         ("SELECT streams.publish_batch('bad name', ARRAY[]::jsonb[])", "22023"),
         ("SELECT streams.publish_batch(NULL, ARRAY['{}']::jsonb[])", "22004"),
-        ("SELECT * FROM streams.replay(after => 1, since => now())", "22023"),
-        ("SELECT * FROM streams.replay(after => 1, from_tx => '1'::xid8)", "22023"),
+        ("SELECT * FROM streams.replay(since => now(), from_tx => '1'::xid8)", "22023"),
+        ("SELECT * FROM streams.replay(after => 1, since => now(), from_tx => '1'::xid8)", "22023"),
         ("SELECT * FROM streams.replay(max_events => -1)", "22023"),
         ("SELECT * FROM streams.replay(stream => 'bad name')", "22023"),
         ("SELECT * FROM streams.replay(stream => 'a*b*')", "22023"),
@@ -248,7 +248,7 @@ fn status_names_the_transaction_that_holds_the_horizon() {
     assert_eq!(free, None);
 }
 
-/// A role granted what the README lists can publish and replay without
+/// A role granted what docs/reference.md lists can publish and replay without
 /// access to the tables underneath; a role without grants cannot publish.
 #[test]
 fn granted_role_publishes_and_replays_without_table_access() {

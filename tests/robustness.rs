@@ -117,6 +117,32 @@ fn a_recreated_log_has_a_new_log_id() {
     assert_ne!(first, second);
 }
 
+/// A re-created log takes publishes at once, also in the transaction that
+/// re-creates it: the worker's shared memory holds the old log's horizon
+/// until its first round on the new one, and the new log's positions (from
+/// 1 again) are below it; each is checked only against its own log's horizon.
+#[test]
+fn a_recreated_log_takes_publishes_at_once() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    c.batch_execute("SELECT streams.publish_batch('orders', array_fill('{}'::jsonb, ARRAY[50]))").unwrap();
+    let last: i64 = c.query_one("SELECT max(position) FROM streams.event_log", &[]).unwrap().get(0);
+    wait_for_horizon(&mut c, last);
+    for round in 0..3 {
+        let mut tx = c.transaction().unwrap();
+        tx.batch_execute("DROP EXTENSION litebase_streams; CREATE EXTENSION litebase_streams").unwrap();
+        let position = tx
+            .query_one("SELECT streams.publish('orders', '{}')", &[])
+            .unwrap_or_else(|e| panic!("publish in the transaction re-creating the log (round {round}): {e}"))
+            .get::<_, i64>(0);
+        tx.commit().unwrap();
+        assert_eq!(position, 1, "a new log starts at 1");
+        wait_for_horizon(&mut c, 1);
+        c.batch_execute("SELECT streams.publish_batch('orders', array_fill('{}'::jsonb, ARRAY[50]))").unwrap();
+        wait_for_horizon(&mut c, 51);
+    }
+}
+
 mod uuid_text {
     pub type Uuid = String;
     pub fn get(c: &mut postgres::Client, sql: &str) -> Uuid {

@@ -3,6 +3,7 @@
 //! `cargo test -p litebase-streams-core`.
 //!
 //! * [`names`]: stream names and patterns (the naming rule);
+//! * [`json`]: the canonical JSON form of an event (every path's);
 //! * [`payload`]: notification payloads (compact JSON, truncation);
 //! * [`envelope`]: the limits of an event's type, key and headers;
 //! * [`filters`]: event filters by type and data containment;
@@ -17,6 +18,7 @@ pub mod envelope;
 pub mod filters;
 pub mod horizon;
 pub mod hosts;
+pub mod json;
 pub mod keys;
 pub mod names;
 pub mod payload;

@@ -8,6 +8,9 @@
 //! payload of an event without one is byte for byte what it was before
 //! events had envelopes.
 
+pub use crate::json::{format_time, write_compact_json};
+use crate::json::{write_envelope, write_head, write_headers, write_text_field};
+
 /// PostgreSQL refuses payloads of 8000 bytes or more (with the default block size).
 pub const MAX_PAYLOAD_BYTES: usize = 7999;
 
@@ -36,63 +39,14 @@ pub struct Event<'a> {
     pub private: bool,
 }
 
-/// RFC 3339, UTC, microseconds, `Z`: `2026-11-30T01:02:03.000004Z`.
-/// (Written digit by digit: the worker formats one time per event, and
-/// chrono's `format` parses its pattern on every call.)
-pub fn format_time(unix_us: i64) -> String {
-    use chrono::{Datelike, Timelike};
-    let time = chrono::DateTime::from_timestamp_micros(unix_us).unwrap_or_default();
-    let mut out = String::with_capacity(27);
-    let mut digits = |value: u32, width: u32, then: char| {
-        for place in (0..width).rev() {
-            out.push(char::from(b'0' + (value / 10u32.pow(place) % 10) as u8));
-        }
-        out.push(then);
-    };
-    digits(time.year().clamp(0, 9999) as u32, 4, '-');
-    digits(time.month(), 2, '-');
-    digits(time.day(), 2, 'T');
-    digits(time.hour(), 2, ':');
-    digits(time.minute(), 2, ':');
-    digits(time.second(), 2, '.');
-    digits(time.timestamp_subsec_micros(), 6, 'Z');
-    out
-}
-
-/// Drop the whitespace jsonb's output puts after `:` and `,` (and any other
-/// insignificant whitespace), leaving string contents untouched; written
-/// into `out` in runs between the dropped bytes.
-pub fn write_compact_json<W: std::io::Write>(out: &mut W, text: &str) -> std::io::Result<()> {
-    let bytes = text.as_bytes();
-    let (mut in_string, mut escaped, mut run_start) = (false, false, 0);
-    for (i, &b) in bytes.iter().enumerate() {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-        } else if b == b'"' {
-            in_string = true;
-        } else if b.is_ascii_whitespace() {
-            out.write_all(&bytes[run_start..i])?;
-            run_start = i + 1;
-        }
-    }
-    out.write_all(&bytes[run_start..])
-}
-
 /// The payload of an event with all of its data and envelope, whatever its
 /// size (for webhooks, which send what notifications truncate), written
 /// into `out` as it goes: the data is copied once, into `out`. `private` is
 /// not looked at: a webhook's owner may read its streams.
 pub fn write_full_payload<W: std::io::Write>(out: &mut W, event: &Event<'_>) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(160);
-    write_head(&mut head, event);
-    write_text_field(&mut head, b",\"type\":", event.type_);
-    write_text_field(&mut head, b",\"key\":", event.key);
-    write_headers(&mut head, event.headers);
+    write_event_head(&mut head, event);
+    write_envelope(&mut head, event.type_, event.key, event.headers);
     out.write_all(&head)?;
     out.write_all(b",\"data\":")?;
     write_compact_json(out, event.data.unwrap_or("null"))?;
@@ -116,7 +70,7 @@ pub fn encode_payload(event: &Event<'_>) -> String {
     const TRUNCATED: &[u8] = b",\"truncated\":true}";
     let data = event.data.filter(|text| !event.private && text.len() <= MAX_DATA_TEXT_BYTES);
     let mut out = Vec::with_capacity(160 + data.map_or(0, str::len));
-    write_head(&mut out, event);
+    write_event_head(&mut out, event);
     let without_type = out.len();
     write_text_field(&mut out, b",\"type\":", event.type_);
     if event.private {
@@ -153,35 +107,9 @@ pub fn encode_payload(event: &Event<'_>) -> String {
     String::from_utf8(out).expect("UTF-8 text and ASCII only")
 }
 
-/// `,"name":"value"` when `value` is set, escaped by serde_json.
-fn write_text_field(out: &mut Vec<u8>, name: &[u8], value: Option<&str>) {
-    if let Some(value) = value {
-        out.extend_from_slice(name);
-        serde_json::to_writer(&mut *out, value).expect("writing into a Vec cannot fail");
-    }
-}
-
-/// `,"headers":{..}` (compacted) when the event has headers.
-fn write_headers(out: &mut Vec<u8>, headers: Option<&str>) {
-    if let Some(text) = headers {
-        out.extend_from_slice(b",\"headers\":");
-        write_compact_json(out, text).expect("writing into a Vec cannot fail");
-    }
-}
-
-/// `{"position":..,"stream":"..","time":"..","tx":..,"prev":..` (no closing brace).
-fn write_head(out: &mut Vec<u8>, event: &Event<'_>) {
-    use std::io::Write;
-    out.extend_from_slice(b"{\"position\":");
-    write!(out, "{}", event.position).expect("writing into a Vec cannot fail");
-    out.extend_from_slice(b",\"stream\":");
-    // Escaped by serde_json: a log restored from elsewhere is not trusted to
-    // follow the naming rule (under which names need no escaping).
-    serde_json::to_writer(&mut *out, event.stream).expect("writing into a Vec cannot fail");
-    out.extend_from_slice(b",\"time\":\"");
-    out.extend_from_slice(format_time(event.time_us).as_bytes());
-    out.extend_from_slice(b"\",\"tx\":");
-    write!(out, "{},\"prev\":{}", event.tx, event.prev).expect("writing into a Vec cannot fail");
+/// The canonical form's head with `prev` (crate::json).
+fn write_event_head(out: &mut Vec<u8>, event: &Event<'_>) {
+    write_head(out, event.position, event.stream, &format_time(event.time_us), event.tx, Some(event.prev));
 }
 
 /// Data text longer than this cannot fit a payload even once compacted
@@ -224,14 +152,6 @@ pub fn decode_payload(text: &str) -> Option<Decoded<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn time_is_rfc3339_utc_with_microseconds() {
-        assert_eq!(format_time(1_700_000_000_000_001), "2023-11-14T22:13:20.000001Z");
-        assert_eq!(format_time(0), "1970-01-01T00:00:00.000000Z");
-        assert_eq!(format_time(1_796_000_523_000_004), "2026-11-30T01:02:03.000004Z");
-        assert_eq!(format_time(1_796_000_523_999_999), "2026-11-30T01:02:03.999999Z");
-    }
 
     fn event(data: &str) -> Event<'_> {
         Event {
@@ -419,17 +339,6 @@ mod tests {
         assert_eq!(value["data"], serde_json::json!({}));
     }
 
-    fn compact_json(text: &str) -> String {
-        let mut out = Vec::new();
-        write_compact_json(&mut out, text).unwrap();
-        String::from_utf8(out).unwrap()
-    }
-
-    #[test]
-    fn compaction_keeps_whitespace_inside_strings() {
-        assert_eq!(compact_json(r#"{"a b": "c, d: \"e f\"", "n": [1, 2]}"#), r#"{"a b":"c, d: \"e f\"","n":[1,2]}"#);
-    }
-
     #[test]
     fn oversized_payload_is_sent_truncated_without_data() {
         let big = format!(r#"{{"blob": "{}"}}"#, "x".repeat(20_000));
@@ -484,5 +393,36 @@ mod tests {
     fn decode_payload_owned(text: &str) -> (bool, Option<String>) {
         let d = decode_payload(text).expect("a payload");
         (d.private, d.data.map(|raw| raw.get().to_owned()))
+    }
+
+    /// A notification and a webhook event are the canonical form with
+    /// `prev` after `tx`, byte for byte.
+    #[test]
+    fn payloads_are_the_canonical_form_with_prev() {
+        let time_us = 1_700_000_000_000_001;
+        let time = format_time(time_us);
+        for (type_, key, headers) in [(None, None, None), (Some("t"), Some("k"), Some(r#"{"h": "a, b"}"#))] {
+            let data = r#"{"amount": 49.00, "s": "ünïcødé"}"#;
+            let event = Event {
+                position: 7,
+                stream: "p.s",
+                time_us,
+                tx: 9,
+                prev: 3,
+                type_,
+                key,
+                headers,
+                data: Some(data),
+                private: false,
+            };
+            let canonical =
+                crate::json::EventJson { position: 7, stream: "p.s", time: &time, tx: 9, type_, key, headers, data }
+                    .to_json();
+            let with_prev = canonical.replacen(r#""tx":9"#, r#""tx":9,"prev":3"#, 1);
+            assert_eq!(encode_payload(&event), with_prev);
+            let mut full = Vec::new();
+            write_full_payload(&mut full, &event).unwrap();
+            assert_eq!(String::from_utf8(full).unwrap(), with_prev);
+        }
     }
 }

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use tokio::sync::Notify;
 
 use crate::auth::Auth;
-use crate::db::Start;
+use crate::db::{Bound, Start};
 use crate::error::ApiError;
 use crate::hub::Hub;
 use crate::metrics;
@@ -45,6 +45,8 @@ pub struct EventsQuery {
     pub types: Option<String>,
     /// Only events whose data contains this JSON object (URL-encoded).
     pub filter: Option<String>,
+    /// SSE frames without `event:` lines: `frames=message`.
+    pub frames: Option<String>,
 }
 
 /// Counts an SSE or WebSocket connection while it lives.
@@ -78,8 +80,9 @@ pub fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     q.map(|Query(q)| q).map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))
 }
 
-/// Where to start: `Last-Event-ID` wins over `after`, `since` and `from_tx`
-/// (at most one of those); none is the beginning, as in replay.
+/// Where to start: `Last-Event-ID` wins over `after`, `since` and `from_tx`;
+/// `after` goes with `since` or `from_tx` (not both: 22023), and then the
+/// later bound wins, as in replay; none is the beginning.
 pub fn start_of(
     last_event_id: Option<&str>,
     after: Option<&str>,
@@ -92,21 +95,24 @@ pub fn start_of(
             .map_err(|_| ApiError::invalid_parameter(format!("{what} must be a position (an integer), not {text:?}")))
     };
     if let Some(id) = last_event_id.filter(|id| !id.is_empty()) {
-        return position(id, "Last-Event-ID").map(Start::After);
+        return position(id, "Last-Event-ID").map(Start::after);
     }
-    match (after, since, from_tx) {
-        (None, None, None) => Ok(Start::After(0)),
-        (Some(a), None, None) => position(a, "after").map(Start::After),
-        (None, Some(s), None) => Ok(Start::Since(s.to_owned())),
+    let after = after.map(|a| position(a, "after")).transpose()?;
+    let bound = match (since, from_tx) {
+        (None, None) => None,
+        (Some(s), None) => Some(Bound::Since(s.to_owned())),
         // xid8's input takes "1'or'1" as 1: only digits reach it.
-        (None, None, Some(x)) => match x.trim().parse::<u64>() {
-            Ok(xid) => Ok(Start::FromTx(xid.to_string())),
-            Err(_) => Err(ApiError::invalid_parameter(format!(
-                "from_tx must be a transaction id (an unsigned integer), not {x:?}"
-            ))),
+        (None, Some(x)) => match x.trim().parse::<u64>() {
+            Ok(xid) => Some(Bound::FromTx(xid.to_string())),
+            Err(_) => {
+                return Err(ApiError::invalid_parameter(format!(
+                    "from_tx must be a transaction id (an unsigned integer), not {x:?}"
+                )))
+            }
         },
-        _ => Err(ApiError::invalid_parameter("give at most one of after, since and from_tx")),
-    }
+        (Some(_), Some(_)) => return Err(ApiError::invalid_parameter("give since or from_tx, not both")),
+    };
+    Ok(Start { after, bound })
 }
 
 /// Where to stop: `until` (inclusive), a non-negative position; none: no
@@ -132,47 +138,63 @@ mod tests {
         (e.status().as_u16(), e.sqlstate().map(str::to_owned), e.message().into_owned())
     }
 
+    fn since(text: &str) -> Option<Bound> {
+        Some(Bound::Since(text.into()))
+    }
+
+    fn from_tx(xid: &str) -> Option<Bound> {
+        Some(Bound::FromTx(xid.into()))
+    }
+
     #[test]
     fn no_start_is_the_beginning_and_each_parameter_is_read() {
-        assert_eq!(start_of(None, None, None, None).unwrap(), Start::After(0));
-        assert_eq!(start_of(None, Some("41"), None, None).unwrap(), Start::After(41));
-        assert_eq!(start_of(None, Some(" 41 "), None, None).unwrap(), Start::After(41));
-        assert_eq!(start_of(None, Some("-3"), None, None).unwrap(), Start::After(-3));
-        let since = "2024-01-01T00:00:00Z";
-        assert_eq!(start_of(None, None, Some(since), None).unwrap(), Start::Since(since.into()));
+        assert_eq!(start_of(None, None, None, None).unwrap(), Start::default());
+        assert_eq!(start_of(None, Some("41"), None, None).unwrap(), Start::after(41));
+        assert_eq!(start_of(None, Some(" 41 "), None, None).unwrap(), Start::after(41));
+        assert_eq!(start_of(None, Some("-3"), None, None).unwrap(), Start::after(-3));
+        let time = "2024-01-01T00:00:00Z";
+        assert_eq!(start_of(None, None, Some(time), None).unwrap(), Start { after: None, bound: since(time) });
         // The database reads `since` (a bad one is its 22007).
-        assert_eq!(start_of(None, None, Some("yesterday-ish"), None).unwrap(), Start::Since("yesterday-ish".into()));
-        assert_eq!(start_of(None, None, None, Some("7")).unwrap(), Start::FromTx("7".into()));
-        assert_eq!(start_of(None, None, None, Some(" 007 ")).unwrap(), Start::FromTx("7".into()));
+        assert_eq!(
+            start_of(None, None, Some("yesterday-ish"), None).unwrap(),
+            Start { after: None, bound: since("yesterday-ish") }
+        );
+        assert_eq!(start_of(None, None, None, Some("7")).unwrap(), Start { after: None, bound: from_tx("7") });
+        assert_eq!(start_of(None, None, None, Some(" 007 ")).unwrap(), Start { after: None, bound: from_tx("7") });
         assert_eq!(
             start_of(None, None, None, Some("18446744073709551615")).unwrap(),
-            Start::FromTx(u64::MAX.to_string())
+            Start { after: None, bound: from_tx(&u64::MAX.to_string()) }
         );
     }
 
     #[test]
     fn last_event_id_wins_over_the_query() {
-        assert_eq!(start_of(Some("9"), None, None, None).unwrap(), Start::After(9));
-        assert_eq!(start_of(Some("9"), Some("1"), None, None).unwrap(), Start::After(9));
-        assert_eq!(start_of(Some("9"), Some("1"), Some("now"), Some("3")).unwrap(), Start::After(9));
+        assert_eq!(start_of(Some("9"), None, None, None).unwrap(), Start::after(9));
+        assert_eq!(start_of(Some("9"), Some("1"), None, None).unwrap(), Start::after(9));
+        assert_eq!(start_of(Some("9"), Some("1"), Some("now"), Some("3")).unwrap(), Start::after(9));
+        assert_eq!(start_of(Some("9"), None, Some("now"), None).unwrap(), Start::after(9));
         // An empty one is none at all.
-        assert_eq!(start_of(Some(""), Some("1"), None, None).unwrap(), Start::After(1));
+        assert_eq!(start_of(Some(""), Some("1"), None, None).unwrap(), Start::after(1));
         let (status, sqlstate, message) = refused(start_of(Some("abc"), Some("1"), None, None));
         assert_eq!((status, sqlstate.as_deref()), (400, Some("22023")));
         assert!(message.starts_with("Last-Event-ID must be a position"), "{message}");
     }
 
     #[test]
-    fn at_most_one_of_after_since_and_from_tx() {
-        for (after, since, from_tx) in
-            [(Some("1"), Some("now"), None), (Some("1"), None, Some("2")), (None, Some("now"), Some("2"))]
-        {
-            let (status, sqlstate, message) = refused(start_of(None, after, since, from_tx));
-            assert_eq!((status, sqlstate.as_deref()), (400, Some("22023")), "{after:?} {since:?} {from_tx:?}");
-            assert_eq!(message, "give at most one of after, since and from_tx");
+    fn after_goes_with_since_or_from_tx_but_not_both() {
+        assert_eq!(
+            start_of(None, Some("5"), Some("now"), None).unwrap(),
+            Start { after: Some(5), bound: since("now") }
+        );
+        assert_eq!(start_of(None, Some("5"), None, Some("2")).unwrap(), Start { after: Some(5), bound: from_tx("2") });
+        for after in [None, Some("1")] {
+            let (status, sqlstate, message) = refused(start_of(None, after, Some("now"), Some("2")));
+            assert_eq!((status, sqlstate.as_deref()), (400, Some("22023")), "{after:?}");
+            assert_eq!(message, "give since or from_tx, not both");
         }
-        let (status, sqlstate, _) = refused(start_of(None, Some("1"), Some("now"), Some("2")));
+        let (status, sqlstate, message) = refused(start_of(None, Some("x"), Some("now"), None));
         assert_eq!((status, sqlstate.as_deref()), (400, Some("22023")));
+        assert!(message.starts_with("after must be a position"), "{message}");
     }
 
     #[test]

@@ -20,12 +20,29 @@ use crate::event::{Envelope, Event};
 use crate::metrics;
 use crate::pattern::Selector;
 
-/// Where a replay starts: replay's `after`, `since` or `from_tx`.
+/// Where a replay starts: replay's `after`, and its `since` or `from_tx`;
+/// with both, an event is read only past both (the later bound wins).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Start {
+    /// Positions greater than this; none: from the beginning.
+    pub after: Option<i64>,
+    pub bound: Option<Bound>,
+}
+
+/// A replay's start by time or by transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Start {
-    After(i64),
+pub enum Bound {
+    /// Events committed at or after this time (the database reads the text).
     Since(String),
+    /// From this transaction's first event on (an xid8, digits only).
     FromTx(String),
+}
+
+impl Start {
+    /// Positions greater than `position`.
+    pub fn after(position: i64) -> Start {
+        Start { after: Some(position), bound: None }
+    }
 }
 
 /// One catch-up page, read in one snapshot with the horizon it saw.
@@ -231,10 +248,11 @@ impl Db {
         let horizon_stmt = tx.prepare_cached(HORIZON).await?;
         let row = tx.query_one(&horizon_stmt, &[]).await?;
         let (horizon, worker_pid): (i64, Option<i32>) = (row.get(0), row.get(1));
-        let (after, since, from_tx) = match ask.start {
-            Start::After(p) => (Some(*p), None, None),
-            Start::Since(t) => (None, Some(t.as_str()), None),
-            Start::FromTx(x) => (None, None, Some(x.as_str())),
+        let after = ask.start.after;
+        let (since, from_tx) = match &ask.start.bound {
+            None => (None, None),
+            Some(Bound::Since(t)) => (Some(t.as_str()), None),
+            Some(Bound::FromTx(x)) => (None, Some(x.as_str())),
         };
         let stmt = tx.prepare_cached(statement).await?;
         let portal = if statement == REPLAY {

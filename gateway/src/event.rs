@@ -1,16 +1,43 @@
 //! One event as the gateway sends it, encoded once and shared by every client
 //! that receives it (an `Arc<Event>` in each client's queue).
 //!
-//! The JSON is the notification payload's shape without its delivery fields
-//! (`prev`, `truncated`, `private`):
+//! The JSON is the event's canonical form, written by the encoder the
+//! extension's notifications and `streams.to_json` use (core's `json`):
 //! `{"position":…,"stream":…,"time":…,"tx":…,"type":…,"key":…,"headers":{…},"data":…}`,
 //! compact, the envelope's `type`, `key` and `headers` only when the event
 //! has them, `data` always present and byte-for-byte what the payload would
 //! carry (numbers as stored: 49.00 stays 49.00), whether the event came from a
-//! replay page or from a notification.
+//! replay page or from a notification: the payload without its delivery
+//! fields (`prev`, `truncated`, `private`).
+
+use std::sync::OnceLock;
 
 use bytes::Bytes;
+use litebase_streams_core::json::EventJson;
 use litebase_streams_core::payload::Decoded;
+
+/// How an event's SSE frame names it (the `frames` query parameter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Frames {
+    /// `event: {stream}`: an EventSource listens per stream name
+    /// (`addEventListener(name, ..)`).
+    #[default]
+    Named,
+    /// No `event:` line (`frames=message`): every event reaches an
+    /// EventSource's `onmessage`, whatever stream of the pattern it is of.
+    Message,
+}
+
+impl Frames {
+    /// The `frames` query parameter: none or `message`; anything else is 22023.
+    pub fn parse(value: Option<&str>) -> Result<Frames, String> {
+        match value {
+            None => Ok(Frames::Named),
+            Some("message") => Ok(Frames::Message),
+            Some(other) => Err(format!("frames must be \"message\" (or left out), not {other:?}")),
+        }
+    }
+}
 
 #[derive(Debug)]
 pub struct Event {
@@ -20,6 +47,9 @@ pub struct Event {
     pub json: String,
     /// Its Server-Sent Events frame: `id:`, `event:`, `data:`.
     pub sse: Bytes,
+    /// Its frame without `event:` ([`Frames::Message`]), made when a client
+    /// first asks for it and shared by all that do.
+    message: OnceLock<Bytes>,
     /// Where in `json` the envelope's `,"type":` starts, when it has one
     /// (a WebSocket message names it `event_type`: its own `type` is the
     /// message's kind).
@@ -39,26 +69,36 @@ pub struct Envelope<'a> {
 }
 
 impl Event {
-    /// From its parts; `data` and `envelope.headers` are JSON text (compacted here).
+    /// From its parts; `data` and `envelope.headers` are JSON text (compacted
+    /// here), `time` as the database's `to_char` or the payload wrote it.
     pub fn new(position: i64, stream: String, time: &str, tx: i64, envelope: Envelope<'_>, data: &str) -> Event {
-        let quoted = |text: &str| serde_json::to_string(text).expect("a string serialises");
-        let mut json =
-            format!(r#"{{"position":{position},"stream":{},"time":{},"tx":{tx}"#, quoted(&stream), quoted(time));
-        let type_at = envelope.type_.map(|type_| {
-            let at = json.len();
-            json.push_str(TYPE_FIELD);
-            json.push_str(&quoted(type_));
-            at
-        });
-        if let Some(key) = envelope.key {
-            json.push_str(&format!(r#","key":{}"#, quoted(key)));
-        }
-        if let Some(headers) = envelope.headers {
-            json.push_str(&format!(r#","headers":{}"#, compact_json(headers)));
-        }
-        json.push_str(&format!(r#","data":{}}}"#, compact_json(data)));
+        let canonical = EventJson {
+            position,
+            stream: &stream,
+            time,
+            tx,
+            type_: envelope.type_,
+            key: envelope.key,
+            headers: envelope.headers,
+            data,
+        };
+        let mut json = Vec::with_capacity(128 + data.len() + envelope.headers.map_or(0, str::len));
+        let envelope_at = canonical.write(&mut json);
+        let json = String::from_utf8(json).expect("UTF-8 text and ASCII only");
+        let type_at = envelope.type_.map(|_| envelope_at);
         let sse = Bytes::from(format!("id: {position}\nevent: {stream}\ndata: {json}\n\n"));
-        Event { position, stream, json, sse, type_at }
+        Event { position, stream, json, sse, message: OnceLock::new(), type_at }
+    }
+
+    /// Its Server-Sent Events frame in the form asked for.
+    pub fn frame(&self, frames: Frames) -> Bytes {
+        match frames {
+            Frames::Named => self.sse.clone(),
+            Frames::Message => self
+                .message
+                .get_or_init(|| Bytes::from(format!("id: {}\ndata: {}\n\n", self.position, self.json)))
+                .clone(),
+        }
     }
 
     /// The WebSocket message for a subscription to `pattern_json` (the
@@ -90,15 +130,6 @@ pub fn event_of(payload: &Decoded<'_>) -> Option<Event> {
         headers: payload.headers.map(|raw| raw.get()),
     };
     Some(Event::new(payload.position, payload.stream.to_owned(), payload.time, payload.tx, envelope, data.get()))
-}
-
-/// Drop insignificant whitespace (jsonb's output puts a space after `:` and
-/// `,`), leaving string contents untouched: the worker's compaction, the
-/// same function.
-pub fn compact_json(text: &str) -> String {
-    let mut out = Vec::with_capacity(text.len());
-    litebase_streams_core::payload::write_compact_json(&mut out, text).expect("writing into a Vec cannot fail");
-    String::from_utf8(out).expect("only ASCII whitespace between UTF-8 runs is dropped")
 }
 
 #[cfg(test)]
@@ -161,6 +192,20 @@ mod tests {
             notified.ws_message("\"p.s\""),
             r#"{"type":"event","subscription":"p.s","position":9,"stream":"p.s","time":"2026-11-30T00:00:00.000001Z","tx":5,"event_type":"order.created","key":"ord \"1\"","headers":{"trace":"a, b","traceparent":"00-1"},"data":{"n":1}}"#
         );
+    }
+
+    #[test]
+    fn message_frames_are_the_named_ones_without_the_event_line() {
+        let event = Event::new(7, "p.s".into(), "2026-11-30T00:00:00.000001Z", 812, Envelope::default(), "{}");
+        assert_eq!(event.frame(Frames::Named), event.sse);
+        let message = event.frame(Frames::Message);
+        assert_eq!(std::str::from_utf8(&message).unwrap(), format!("id: 7\ndata: {}\n\n", event.json));
+        assert_eq!(event.frame(Frames::Message).as_ptr(), message.as_ptr(), "made once, then shared");
+        assert_eq!(Frames::parse(None), Ok(Frames::Named));
+        assert_eq!(Frames::parse(Some("message")), Ok(Frames::Message));
+        for bad in ["", "named", "Message", "message,named"] {
+            assert!(Frames::parse(Some(bad)).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

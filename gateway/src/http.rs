@@ -19,6 +19,7 @@ use crate::app::{query, start_of, until_of, App, ConnGuard, ConnKill, EventsQuer
 use crate::auth::Auth;
 use crate::db::{Publish, Server, Start};
 use crate::error::ApiError;
+use crate::event::Frames;
 use crate::hub::Hub;
 use crate::subscription::{check_read, End, Subscription};
 use crate::{metrics, pattern, ws};
@@ -79,12 +80,14 @@ async fn events(
     let start = start_of(last_event_id, q.after.as_deref(), q.since.as_deref(), q.from_tx.as_deref())?;
     let until = until_of(q.until.as_deref())?;
     let filter = pattern::parse_filter(q.types.as_deref(), q.filter.as_deref()).map_err(ApiError::invalid_parameter)?;
+    let frames = Frames::parse(q.frames.as_deref()).map_err(ApiError::invalid_parameter)?;
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !accept.contains("text/event-stream") {
         return page(&app, role, &pattern, &start, &filter, until, q.max_events.as_deref()).await;
     }
-    if let (Start::After(after), Some(until)) = (&start, until) {
-        if *after >= until {
+    if let Some(until) = until {
+        // Positions start at 1: no `after` is 0.
+        if start.after.unwrap_or(0) >= until {
             // Nothing left up to `until`: 204 tells an EventSource
             // reconnecting with Last-Event-ID (the stream's last `id:` is
             // `until`) to stop.
@@ -99,7 +102,7 @@ async fn events(
         Err(e) => Err(e),
     };
     let body = match opened {
-        Ok((sub, guard)) => sse_body(sub, app.hub.cfg.heartbeat(), identity.deadline(), guard),
+        Ok((sub, guard)) => sse_body(sub, frames, app.hub.cfg.heartbeat(), identity.deadline(), guard),
         // EventSource gives up for good on any status but 200: tell it to
         // come back instead (the database may be back by then).
         Err(e @ ApiError::Unavailable { .. }) => try_again_later(&e),
@@ -123,16 +126,24 @@ fn try_again_later(e: &ApiError) -> Body {
     Body::from(format!("retry: {retry}\n: {reason}\n\n"))
 }
 
-/// The response body: `retry:` first, then events and `: ping` heartbeats,
+/// The response body: `retry:` first, then events (their frames as
+/// `frames` asks) and `: ping` heartbeats,
 /// and with `until`, once every event up to it was sent, `id: {until}` (no
 /// data: no event, but an EventSource reconnects from there and gets 204),
 /// then the end; polled by the connection's own task (no task or queue of
 /// its own in between). The frames are the events' own (encoded once for every client)
 /// rather than axum's `Sse`, which would encode each event per client.
-fn sse_body(sub: Subscription, heartbeat: Duration, expires: tokio::time::Instant, guard: ConnGuard) -> Body {
+fn sse_body(
+    sub: Subscription,
+    frames: Frames,
+    heartbeat: Duration,
+    expires: tokio::time::Instant,
+    guard: ConnGuard,
+) -> Body {
     const PING: Bytes = Bytes::from_static(b": ping\n\n");
     struct State {
         sub: Subscription,
+        frames: Frames,
         ping: tokio::time::Interval,
         started: bool,
         /// `until` was reached and said: the body ends.
@@ -143,8 +154,8 @@ fn sse_body(sub: Subscription, heartbeat: Duration, expires: tokio::time::Instan
     }
     let ping = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
     let expires = Box::pin(tokio::time::sleep_until(expires));
-    let state = State { sub, ping, started: false, ended: false, expires, _guard: guard };
-    let frames = futures_util::stream::unfold(state, |mut st| async move {
+    let state = State { sub, frames, ping, started: false, ended: false, expires, _guard: guard };
+    let chunks = futures_util::stream::unfold(state, |mut st| async move {
         if !st.started {
             st.started = true;
             return Some((Ok::<_, Infallible>(Bytes::from_static(b"retry: 1000\n\n")), st));
@@ -155,7 +166,7 @@ fn sse_body(sub: Subscription, heartbeat: Duration, expires: tokio::time::Instan
         // Both arms are cancel-safe: a catch-up page cut short by a ping is read again.
         let frame = tokio::select! {
             next = st.sub.next() => match next {
-                Ok((event, _)) => event.sse.clone(),
+                Ok((event, _)) => event.frame(st.frames),
                 Err(End::Dropped) => return None,
                 Err(End::Reached(until)) => {
                     st.ended = true;
@@ -174,7 +185,7 @@ fn sse_body(sub: Subscription, heartbeat: Duration, expires: tokio::time::Instan
         };
         Some((Ok(frame), st))
     });
-    Body::from_stream(frames)
+    Body::from_stream(chunks)
 }
 
 /// One replay page as a JSON array.

@@ -71,10 +71,7 @@ impl Subscription {
         check_read(hub, role, pattern, &selector).await?;
         let (slot, rx) = hub.slot(kill);
         let (topic, tail) = hub.register(role, pattern, &selector, &filter, slot.clone()).await?;
-        let last = match start {
-            Start::After(p) => p,
-            _ => 0,
-        };
+        let last = start.after.unwrap_or(0);
         let mut sub = Subscription {
             hub: hub.clone(),
             topic,
@@ -134,7 +131,7 @@ impl Subscription {
                             // Nothing came: the horizon may have passed `until`
                             // without an event of this pattern. A page from the
                             // last position sent tells.
-                            self.start = Start::After(self.last);
+                            self.start = Start::after(self.last);
                             self.caught_up = false;
                             continue;
                         }
@@ -185,10 +182,10 @@ impl Subscription {
             .await?;
         let short = !page.more;
         match page.events.last() {
-            Some(event) => self.start = Start::After(event.position),
-            None if !matches!(self.start, Start::After(_)) => {
+            Some(event) => self.start = Start::after(event.position),
+            None if self.start.bound.is_some() => {
                 // Nothing since that time or transaction yet: from the horizon on.
-                self.start = Start::After(page.horizon);
+                self.start = Start::after(page.horizon);
                 self.last = self.last.max(page.horizon);
             }
             None => {}

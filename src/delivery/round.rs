@@ -90,8 +90,9 @@ pub enum Round {
     /// `horizon`: everything at or below it is visible; `delivered`:
     /// everything at or below it was notified; `newest`: the newest position
     /// allocated when the round began; `more`: the batch limit cut the round
-    /// short.
-    Done { horizon: i64, delivered: i64, newest: i64, more: bool },
+    /// short; `sequence`: the log's `streams.position_seq`, which names the
+    /// log (a re-created one has another).
+    Done { horizon: i64, delivered: i64, newest: i64, more: bool, sequence: pg_sys::Oid },
     /// The extension is not installed in this database (any more).
     ExtensionGone,
     /// The database became a template: the worker leaves it.
@@ -113,7 +114,8 @@ pub fn run(db: pg_sys::Oid, batch_size: i64, phase: Phase) -> Round {
         pg_sys::PopActiveSnapshot();
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
     }
-    Spi::connect_mut(|client| deliver(client, db, batch_size, phase, schema, log)).context("a delivery round")
+    let sequence = crate::log::publish::position_sequence();
+    Spi::connect_mut(|client| deliver(client, db, batch_size, phase, schema, (log, sequence))).context("a delivery round")
 }
 
 thread_local! {
@@ -161,7 +163,7 @@ fn deliver(
     batch_size: i64,
     phase: Phase,
     schema: Schema,
-    log: pg_sys::Oid,
+    (log, sequence): (pg_sys::Oid, pg_sys::Oid),
 ) -> SpiResult<Round> {
     let plans = plans(client, schema, log_has_envelope(log))?;
     let phase = if schema == Schema::V0_1 { Phase::Combined } else { phase };
@@ -188,7 +190,7 @@ fn deliver(
     let held = shmem::held_positions(db);
     crate::log::hold::enforce(max_allocated, &held);
     let horizon = (horizon::compute(max_allocated, held.iter().map(|(_, low)| *low)) as i64).max(persisted);
-    let idle = Round::Done { horizon: persisted, delivered, newest, more: false };
+    let idle = Round::Done { horizon: persisted, delivered, newest, more: false, sequence };
     match phase {
         _ if eras.restored => {}
         Phase::Combined | Phase::Visibility
@@ -250,7 +252,7 @@ fn deliver(
     // the next round finds it invisible and looks the row up.
     let ctid = saved.first().get::<String>(1)?;
     WRITTEN.with(|w| *w.borrow_mut() = ctid);
-    Ok(Round::Done { horizon: new_horizon, delivered: new_delivered, newest, more })
+    Ok(Round::Done { horizon: new_horizon, delivered: new_delivered, newest, more, sequence })
 }
 
 /// The eras of the log (see `horizon_state.era_bounds` in sql/streams.sql): a
@@ -365,7 +367,7 @@ fn read_events(
         let event = Event {
             position,
             stream,
-            time_us: unix_micros(time),
+            time_us: crate::log::commit_times::unix_micros(time),
             tx,
             prev,
             type_: envelope.type_.as_deref(),
@@ -384,11 +386,4 @@ fn read_events(
         times.save(client, &recorded.insert_times)?;
     }
     Ok((last, fetched == batch.limit))
-}
-
-/// Microseconds since the Unix epoch.
-pub(crate) fn unix_micros(time: pgrx::datum::TimestampWithTimeZone) -> i64 {
-    const POSTGRES_EPOCH_IN_UNIX_MICROS: i64 = 946_684_800_000_000;
-    let raw: i64 = time.into_inner();
-    raw + POSTGRES_EPOCH_IN_UNIX_MICROS
 }

@@ -210,10 +210,13 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                 log!("litebase_streams worker for database {}: the database became a template, exiting", db.to_u32());
                 return;
             }
-            Ok(Round::Done { horizon, delivered, newest, more }) => {
+            Ok(Round::Done { horizon, delivered, newest, more, sequence }) => {
                 failures = 0;
                 visible_now = !more;
                 let before = entry.horizon.swap(horizon as u64, Ordering::Relaxed);
+                // After the horizon: a publisher that finds its log's sequence
+                // here reads this log's horizon (announce.rs, above_horizon).
+                entry.log_sequence.store(sequence.to_u32(), Ordering::Release);
                 busy = horizon as u64 >= before + BUSY_ROUND_EVENTS;
                 if before != horizon as u64 {
                     // Committed: long polls of subscriptions see the new horizon.

@@ -48,11 +48,11 @@ pub unsafe fn init() {
 /// "allocating" would hold the horizon with no position to show for it.
 pub(crate) fn next_position(sequence: pg_sys::Oid) -> i64 {
     if PUBLISHING.with(|p| p.get()).is_some() {
-        return took(above_horizon(ffi::nextval(sequence)));
+        return took(above_horizon(ffi::nextval(sequence), sequence));
     }
     wait_for_backlog();
     announce();
-    let position = PgTryBuilder::new(|| above_horizon(ffi::nextval(sequence)))
+    let position = PgTryBuilder::new(|| above_horizon(ffi::nextval(sequence), sequence))
         .catch_others(|error| {
             finish();
             error.rethrow()
@@ -68,9 +68,18 @@ pub(crate) fn next_position(sequence: pg_sys::Oid) -> i64 {
 /// `setval`, which needs only UPDATE on it, and `pg_write_all_data` has that
 /// on every sequence: an event there would appear below positions readers
 /// have passed.
-fn above_horizon(position: i64) -> i64 {
+///
+/// Only against the horizon of this log: right after `DROP EXTENSION` and
+/// `CREATE EXTENSION` the entry still holds the old log's horizon until the
+/// worker's next round, and the new log's first positions are below it.
+fn above_horizon(position: i64, sequence: pg_sys::Oid) -> i64 {
+    use std::sync::atomic::Ordering;
     if let Some(entry) = cached_entry() {
-        let horizon = entry.horizon.load(std::sync::atomic::Ordering::Acquire);
+        // The sequence first: the worker stores it after the horizon.
+        if entry.log_sequence.load(Ordering::Acquire) != sequence.to_u32() {
+            return position;
+        }
+        let horizon = entry.horizon.load(Ordering::Acquire);
         if position as u64 <= horizon {
             StreamsError::PositionBelowHorizon { position, horizon }.raise();
         }

@@ -28,6 +28,14 @@ use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiResult};
 use crate::error::StreamsError;
 use crate::log::kept_plan::{spi, KeptPlan};
 
+/// A commit time as microseconds since the Unix epoch (PostgreSQL counts
+/// from 2000-01-01).
+pub(crate) fn unix_micros(time: TimestampWithTimeZone) -> i64 {
+    const POSTGRES_EPOCH_IN_UNIX_MICROS: i64 = 946_684_800_000_000;
+    let raw: i64 = time.into_inner();
+    raw + POSTGRES_EPOCH_IN_UNIX_MICROS
+}
+
 /// A run of more unused positions than this starts a new row.
 const MAX_GAP: i64 = 1024;
 

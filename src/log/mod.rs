@@ -21,3 +21,4 @@ pub mod privileges;
 pub mod publish;
 pub mod redact;
 pub mod replay;
+pub mod to_json;

@@ -27,6 +27,10 @@ pub struct DbEntry {
     pub stop: AtomicBool,
     /// The worker's persisted horizon.
     pub horizon: AtomicU64,
+    /// The `streams.position_seq` of the log `horizon` belongs to (it names
+    /// the log: DROP and CREATE EXTENSION make another), 0 before the
+    /// worker's first round. Stored after `horizon`.
+    pub log_sequence: AtomicU32,
     /// The highest position publishers took (for `max_backlog`).
     pub newest: AtomicU64,
     /// The last position the worker notified.
@@ -321,6 +325,7 @@ impl DbEntry {
     /// [`detach`]).
     pub fn forget(&self) {
         self.horizon.store(0, Ordering::Relaxed);
+        self.log_sequence.store(0, Ordering::Relaxed);
         self.newest.store(0, Ordering::Relaxed);
         self.rounds.store(0, Ordering::Relaxed);
         self.state.store(WorkerState::Starting as u32, Ordering::Relaxed);

@@ -109,7 +109,7 @@ pub(super) fn next_request(
             let event = Event {
                 position,
                 stream: row.get::<&str>(2)?.unwrap_or_default(),
-                time_us: row.get::<TimestampWithTimeZone>(3)?.map_or(0, crate::delivery::round::unix_micros),
+                time_us: row.get::<TimestampWithTimeZone>(3)?.map_or(0, crate::log::commit_times::unix_micros),
                 tx: row.get::<i64>(4)?.unwrap_or(0),
                 prev: row.get::<i64>(5)?.unwrap_or(0),
                 data: row.get::<&str>(6)?,

@@ -1,6 +1,6 @@
 //! The gateway (gateway/, `litebase-streams-gateway`) as the tests use it:
 //! started as a process against a test database, as a role of its own that
-//! only holds membership of the roles it serves (the README's recipe), plus
+//! only holds membership of the roles it serves (docs/gateway.md's recipe), plus
 //! small clients: raw HTTP/1.0 requests, an SSE reader, WebSocket
 //! (tungstenite) and tokens (jsonwebtoken). [`Setup`] is the usual start of a
 //! gateway test, [`Writers`] publish while it runs, and
@@ -317,6 +317,8 @@ pub struct SseEvent {
     pub id: Option<i64>,
     pub event: Option<String>,
     pub data: serde_json::Value,
+    /// `data:` as sent, byte for byte.
+    pub raw: String,
 }
 
 /// An SSE response being read (HTTP/1.0: the body is the rest of the connection).
@@ -410,7 +412,8 @@ impl Sse {
             if l.is_empty() {
                 if let Some(d) = self.partial.data.take() {
                     let data = serde_json::from_str(&d).unwrap_or_else(|_| panic!("data is not JSON: {d:?}"));
-                    return Ok(SseEvent { id: self.partial.id.take(), event: self.partial.event.take(), data });
+                    let (id, event) = (self.partial.id.take(), self.partial.event.take());
+                    return Ok(SseEvent { id, event, data, raw: d });
                 }
                 continue;
             }

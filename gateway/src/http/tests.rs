@@ -125,8 +125,12 @@ async fn bad_starts_and_page_sizes_are_400_with_22023() {
     for query in [
         "after=x",
         "after=1x",
-        "after=1&since=now",
+        "after=x&since=now",
         "since=now&from_tx=1",
+        "after=1&since=now&from_tx=1",
+        "frames=named",
+        "frames=",
+        "frames=MESSAGE",
         "from_tx=1%27or%271",
         "from_tx=-1",
         "from_tx=1.5",

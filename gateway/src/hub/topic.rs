@@ -366,7 +366,7 @@ impl Topic {
                     Server::Primary,
                     &self.role,
                     &self.pattern,
-                    &Start::After(tail),
+                    &Start::after(tail),
                     &self.filter,
                     None,
                     hub.cfg.page_size,
