@@ -19,12 +19,14 @@ PGRX_VERSION=0.18.1
 # build-essential / pkg-config / libssl-dev: linker for rustc, and cargo-pgrx's
 #   openssl-sys dependency (otherwise `cargo install cargo-pgrx` fails on a bare box).
 # ca-certificates / curl: only needed to fetch rustup when cargo is missing.
-# python3-venv / nodejs / npm: the doc test (scripts/doctest.py) runs the README's Python
-#   and Node examples with psycopg and node-postgres, installed under target/doctest/.
+# python3-venv / nodejs / npm: the doc test (scripts/doctest.py) runs the Python
+#   and Node examples of README.md and docs/*.md with psycopg and node-postgres,
+#   installed under target/doctest/.
 # chromium: the gateway's browser test (tests/gateway.rs) runs it headless.
 # nats-server: the bridge's tests (tests/bridge.rs) and bench start it with JetStream (-js).
+# dpkg-dev / lintian: make package (dpkg-shlibdeps for Depends) and its check.
 APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-wal2json pgbouncer postgresql-15-pgq3 libclang-dev clang sudo inotify-tools
-              build-essential pkg-config libssl-dev python3-venv nodejs chromium nats-server)
+              build-essential pkg-config libssl-dev python3-venv nodejs chromium nats-server dpkg-dev lintian)
 # Debian's npm only when npm is missing: NodeSource's nodejs package bundles npm and
 # conflicts with Debian's.
 command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(npm)
