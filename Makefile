@@ -35,6 +35,8 @@ help:
 	@echo "litebase_streams: make targets"
 	@echo "  setup          install missing prerequisites (apt packages, cargo-pgrx 0.18.1, cargo pgrx init)"
 	@echo "  install        cargo pgrx install --release into $(PG_CONFIG)'s PostgreSQL"
+	@echo "  package        Debian package of the extension, target/package/postgresql-15-litebase-streams_*.deb,"
+	@echo "                 from install's build (PACKAGE_ARGS=--no-build: as staged); test: bash scripts/package-test.sh"
 	@echo "  start          create (if missing) and start the dev cluster"
 	@echo "  stop           stop the dev cluster"
 	@echo "  restart        stop + start"
@@ -52,7 +54,9 @@ help:
 	@echo "                 other flags in BRIDGE_ARGS (\$$(BRIDGE_BIN) --help); Ctrl-C stops it"
 	@echo "  nats-stop      stop that nats-server"
 	@echo "  demo           setup + install + start, then run scripts/demo.sh"
-	@echo "  test           setup + install + start, then pgrx tests, integration tests and the doc test"
+	@echo "  test           setup + install + start, then every suite: lint, pgrx tests, the package, integration"
+	@echo "                 tests, the doc test, the bench smoke run, the client libraries, the API references"
+	@echo "  docs           API references of the client libraries (Python, TypeScript, Rust) in target/docs/"
 	@echo "  lint           cargo fmt --check, cargo clippy -D warnings (workspace, all targets), no import cycles"
 	@echo "  doctest        start if needed, then run every code block of README.md and docs/*.md (scripts/doctest.py)"
 	@echo "  bench          benchmarks side by side, report in docs/benchmarks.md (QUICK=1: smoke run, LARGE=1: + growth to 50M events)"
@@ -74,6 +78,16 @@ setup:
 install:
 	@echo "==> install"
 	@bash $(SCRIPTS)/install.sh
+
+# The Debian package (scripts/package.sh): what install.sh installs, from the
+# build it stages in target/install-stage (built first when missing or older
+# than the sources), into target/package/. scripts/package-test.sh installs
+# it with dpkg -i and tries it on a fresh cluster.
+PACKAGE_ARGS ?=
+.PHONY: package
+package:
+	@echo "==> package"
+	@bash $(SCRIPTS)/package.sh $(PACKAGE_ARGS)
 
 start:
 	@echo "==> start"
@@ -109,9 +123,9 @@ pgbouncer-stop:
 	@echo "==> pgbouncer-stop"
 	@bash $(SCRIPTS)/pgbouncer.sh stop
 
-# The SSE/WebSocket gateway (gateway/, README "Gateway"), in the foreground,
+# The SSE/WebSocket gateway (gateway/, docs/gateway.md), in the foreground,
 # logged in as postgres (a dev convenience: in production give it a role of
-# its own, see the README). Tokens are signed with LITEBASE_GATEWAY_JWT_SECRET
+# its own, see docs/gateway.md). Tokens are signed with LITEBASE_GATEWAY_JWT_SECRET
 # (a fixed development secret unless set); print one with
 #   $(GATEWAY_BIN) token --role <role>
 # Every other option: $(GATEWAY_BIN) --help, passed through GATEWAY_ARGS.
@@ -127,8 +141,7 @@ gateway: start
 		--database-url "host=$(PGHOST) port=$(PGPORT) user=postgres dbname=$(GATEWAY_DB)" \
 		--listen $(GATEWAY_LISTEN) $(GATEWAY_ARGS)
 
-# The bridge into NATS JetStream (bridge/, README "Bridge to NATS
-# JetStream"): starts a local nats-server with JetStream (scripts/nats.sh;
+# The bridge into NATS JetStream (bridge/, docs/bridge.md): starts a local nats-server with JetStream (scripts/nats.sh;
 # NATS_PORT, default 4222), then runs the bridge in the foreground against
 # database BRIDGE_DB for the streams BRIDGE_PATTERN (a pattern of every
 # stream, '*', needs a subject prefix: BRIDGE_ARGS=--subject-prefix=app), logged in as postgres
@@ -178,6 +191,13 @@ bench: setup install start
 	@echo "==> bench$(if $(filter-out 0,$(QUICK)), (quick))$(if $(filter-out 0,$(LARGE)), (large))"
 	@$(BENCH_PYTHON) $(CURDIR)/bench/bench.py $(if $(filter-out 0,$(QUICK)),--quick) \
 		$(if $(filter-out 0,$(LARGE)),--large) $(BENCH_ARGS)
+
+# API references of the client libraries (scripts/docs.sh): target/docs/{python,js,rust}
+# and target/docs/index.html.
+.PHONY: docs
+docs:
+	@echo "==> docs"
+	@bash $(SCRIPTS)/docs.sh
 
 clean-cluster:
 	@echo "==> clean-cluster"

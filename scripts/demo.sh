@@ -220,7 +220,7 @@ wait "$HOOK" || true
 sed 's/^/    endpoint: /' "$HOOK_OUT"
 rm -f "$HOOK_OUT"
 sql "SELECT name, state, position, pending, attempts, last_status FROM streams.webhooks;"
-note "Verify the signature with any Standard Webhooks library and the secret above (README, Webhooks)."
+note "Verify the signature with any Standard Webhooks library and the secret above (docs/webhooks.md)."
 sql <<'SQL'
 SELECT streams.drop_webhook('billing-hook');
 ALTER SYSTEM RESET litebase_streams.webhook_allowed_hosts;

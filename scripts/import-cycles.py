@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Report import cycles between the modules (files) of each Rust crate.
 
-    python3 scripts/import-cycles.py            # src/, core/src/, gateway/src/, bridge/src/
+    python3 scripts/import-cycles.py            # src/, core/src/, gateway/src/, bridge/src/, clients/rust/src/
     python3 scripts/import-cycles.py DIR ...    # other crate roots
 
 A module's file refers to another when it names it through `crate::`,
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-ROOTS = ["src", "core/src", "gateway/src", "bridge/src"]
+ROOTS = ["src", "core/src", "gateway/src", "bridge/src", "clients/rust/src"]
 
 PATH = re.compile(r"\b(crate|super|self)((?:::\w+)+)")
 GROUP = re.compile(r"\b(crate|super|self)((?:::\w+)*)::\{([^{}]*)\}")

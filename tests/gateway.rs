@@ -1,7 +1,7 @@
 //! The gateway (gateway/, litebase-streams-gateway) against the real server,
 //! started by the harness (tests/common/gateway.rs) for each test. It logs in
 //! as a NOINHERIT role that is only a member of the roles its tokens name,
-//! as the README recommends, so every test also checks that this is enough.
+//! as docs/gateway.md recommends, so every test also checks that this is enough.
 //!
 //! This file: SSE and JSON pages. Resuming with Last-Event-ID across gateway
 //! and database restarts, many clients over a few database connections, a

@@ -77,7 +77,7 @@ fn a_full_notification_queue_delays_delivery_but_never_visibility() {
     // tail; PostgreSQL moves an idle listener forward only when a notifying
     // commit wakes it, and none can commit while the queue is full, so a
     // listener that was connected through the attack reconnects, following
-    // the README's reconnect rule: LISTEN, replay after the last position
+    // the reconnect rule of docs/protocol.md: LISTEN, replay after the last position
     // seen, then follow notifications and drop what replay already returned.
     let sleeper_pid: i32 = sleeper.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
     admin().execute("SELECT pg_terminate_backend($1)", &[&sleeper_pid]).unwrap();

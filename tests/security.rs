@@ -450,14 +450,14 @@ fn huge_events_do_not_grow_the_worker_and_can_be_refused() {
     publish(&mut c, "big", r#"{"small":true}"#);
 }
 
-/// Running as `client`, the statements of the README's recipes work.
+/// Running as `client`, the statements of docs/reference.md's recipes work.
 fn run_all(client: &mut Client, statements: &[&str]) {
     for sql in statements {
         client.batch_execute(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 }
 
-/// The README's grant recipes, run as the roles they are for.
+/// The grant recipes of docs/reference.md, run as the roles they are for.
 #[test]
 fn readme_grant_recipes_work_for_their_roles() {
     let db = TestDb::new();

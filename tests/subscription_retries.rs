@@ -881,7 +881,7 @@ fn an_unordered_nacked_event_comes_again_after_its_retry_time_and_holds_nothing(
 /// Two failing events in one batch of an ordered subscription: the second
 /// nack changes nothing (its event comes again after the first, untried)
 /// and does not fail the transaction, so a consumer may nack every event
-/// that failed, as the README's example does.
+/// that failed, as the example of docs/subscriptions.md does.
 #[test]
 fn a_second_nack_in_an_ordered_batch_changes_nothing() {
     let db = TestDb::new();

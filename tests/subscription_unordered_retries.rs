@@ -214,8 +214,8 @@ fn competing_consumers_with_nacks_rollbacks_and_kills_settle_every_event_exactly
 }
 
 /// Several events of one batch fail: a consumer nacks each of them (as the
-/// README's competing-consumers example does, `SELECT streams.nack(...) FROM
-/// batch WHERE fails`) and acks the batch. Every nack is accepted, the good
+/// competing-consumers example of docs/subscriptions.md does, `SELECT
+/// streams.nack(...) FROM batch WHERE fails`) and acks the batch. Every nack is accepted, the good
 /// events take effect, and each failed event comes again as its second
 /// attempt.
 #[test]

@@ -165,7 +165,7 @@ def _handoff(b, c):
 
 
 def _consume(c, writers):
-    """The consumer of the README's "Capturing tables", timed."""
+    """The consumer of docs/capture.md, timed."""
     import psycopg
     from common import dsn
 

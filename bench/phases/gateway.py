@@ -3,7 +3,7 @@ gateway runs just this.
 
 The gateway's release build (`cargo build --profile gateway`) runs against a
 fresh database as a NOINHERIT login role that is only a member of the
-clients' role (the README's recipe). litebase-streams-loadgen (gateway/src/bin/loadgen.rs,
+clients' role (docs/gateway.md's recipe). litebase-streams-loadgen (gateway/src/bin/loadgen.rs,
 the same stack: tokio, hyper, tokio-postgres) opens gw_clients SSE
 connections on one stream, then publishes gw_rate events/s for gw_secs
 seconds, one transaction each, and measures in every client the time from

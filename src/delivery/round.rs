@@ -115,7 +115,8 @@ pub fn run(db: pg_sys::Oid, batch_size: i64, phase: Phase) -> Round {
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
     }
     let sequence = crate::log::publish::position_sequence();
-    Spi::connect_mut(|client| deliver(client, db, batch_size, phase, schema, (log, sequence))).context("a delivery round")
+    Spi::connect_mut(|client| deliver(client, db, batch_size, phase, schema, (log, sequence)))
+        .context("a delivery round")
 }
 
 thread_local! {

@@ -206,8 +206,8 @@ pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}"))
 }
 
-/// A client that LISTENs on some channels and, following the README's client
-/// rule, accepts a notification only from the database's worker (it re-reads
+/// A client that LISTENs on some channels and, following the client rule
+/// of docs/security.md, accepts a notification only from the database's worker (it re-reads
 /// `streams.worker_pid()` when the sender differs, since the worker may have
 /// restarted, and fails the test when it still differs).
 pub struct Listener {
