@@ -24,10 +24,10 @@ SCRATCH = Path(os.environ.get("LITEBASE_STREAMS_SCRATCH_DIR", "/tmp/litebase_str
 REPO = HERE.parents[2]
 
 
-@pytest.fixture
-def pgbouncer() -> int:
+def _pgbouncer(pool_size: int | None = None):
     """A PgBouncer of the test's own (transaction pooling, scripts/pgbouncer.sh's
-    config) in front of the dev cluster; its port."""
+    config, `pool_size` server connections per database if given) in front of
+    the dev cluster; yields its port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -40,6 +40,10 @@ def pgbouncer() -> int:
         env={**os.environ, "PGBOUNCER_DIR": str(folder), "PGBOUNCER_PORT": str(port),
              "PGBOUNCER_TARGET_HOST": str(target.get("host", "127.0.0.1")),
              "PGPORT": str(target.get("port", "5432"))}).stdout
+    if pool_size is not None:
+        assert "default_pool_size = " in ini
+        ini = "\n".join(f"default_pool_size = {pool_size}" if line.startswith("default_pool_size = ") else line
+                        for line in ini.splitlines()) + "\n"
     (folder / "pgbouncer.ini").write_text(ini)
     os.chmod(folder, 0o777)
     command = ["pgbouncer", str(folder / "pgbouncer.ini")]
@@ -60,6 +64,62 @@ def pgbouncer() -> int:
         proc.terminate()
         proc.wait(10)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def pgbouncer() -> int:
+    yield from _pgbouncer()
+
+
+@pytest.fixture
+def pgbouncer_one_server() -> int:
+    """A PgBouncer whose clients share one server connection per database."""
+    yield from _pgbouncer(pool_size=1)
+
+
+def test_consumers_sharing_one_server_connection_need_no_prepared_statements(
+        db: Db, pgbouncer_one_server: int) -> None:
+    """The README's finding: psycopg prepares statements (by default after 5
+    runs of one), and PgBouncer 1.18 in transaction pooling mode hands the
+    same server connection to another client, whose prepared statement of
+    the same name then fails. consume() turns preparing off, so consumers
+    sharing one server connection work."""
+    dsn = f"host=127.0.0.1 port={pgbouncer_one_server} user=postgres dbname={db.name}"
+    # Raw psycopg preparing at once: the second client's "_pg3_0" meets the first's.
+    with psycopg.connect(dsn, prepare_threshold=0, autocommit=True) as a, \
+            psycopg.connect(dsn, prepare_threshold=0, autocommit=True) as b:
+        a.execute("SELECT 1 + %s", (1,))
+        with pytest.raises(psycopg.errors.DuplicatePreparedStatement):
+            b.execute("SELECT 2 + %s", (1,))
+
+    db.sql("CREATE TABLE effects (position bigint PRIMARY KEY)")
+    db.sql("SELECT streams.create_subscription('shared', 'job', ordered => false)")
+    for i in range(60):
+        db.publish("job", {"n": i})
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def handler(event: lbs.Event, delivery: lbs.Delivery) -> None:
+        delivery.conn.execute("INSERT INTO effects VALUES (%s)", (event.position,))
+
+    def run() -> None:
+        try:
+            lbs.consume(dsn, "shared", handler, max_events=5, wait="200ms", stop=stop, handle_signals=False)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+            stop.set()
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: errors or db.one("SELECT count(*) FROM effects") == 60, timeout=60,
+                   what="every event handled")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors
+    assert db.one("SELECT count(*) FROM effects") == 60
 
 
 def test_three_consumers_through_pgbouncer_exactly_once_with_failures_and_a_kill(db: Db, pgbouncer: int) -> None:
