@@ -356,7 +356,7 @@ impl ScratchCluster {
     /// data directory's postgresql.conf (later lines win), and start it.
     fn configure_and_start(dir: std::path::PathBuf, settings: &[&str]) -> ScratchCluster {
         let data = dir.to_str().unwrap().to_owned();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = service::free_port();
         let mut conf = format!("\nport = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{data}'\n");
         for setting in settings {
             conf.push_str(setting);

@@ -48,7 +48,7 @@ impl Pgbouncer {
         let ok = as_server_user("mkdir").arg("-p").arg(&dir).status().expect("mkdir runs");
         assert!(ok.success(), "mkdir {}", dir.display());
 
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = super::service::free_port();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pgbouncer.sh");
         let out = Command::new("bash")
             .arg(script)

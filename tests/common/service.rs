@@ -28,8 +28,20 @@ pub fn workspace_binary(name: &str, env_var: &str, package: &str) -> PathBuf {
     panic!("no {name} binary: run `cargo build --profile gateway -p {package} --bins` (scripts/test.sh does)");
 }
 
+/// A port nothing listens on now, and one this test process has not handed
+/// out before: the port is free again once the probe closes, and tests run
+/// in parallel threads, so the system may offer it to the next probe before
+/// the service it was meant for binds it (two gateways were given one port).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// One process of `program` with `args` (which give it `port`) and `env`.
