@@ -56,7 +56,12 @@ BEGIN
     JOIN pg_catalog.pg_inherits i ON d.objid IN (i.inhrelid, i.inhparent)
     JOIN pg_catalog.pg_trigger t ON t.tgrelid IN (i.inhrelid, i.inhparent)
     WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
-      AND t.tgfoid = 'streams._capture()'::pg_catalog.regprocedure
+      -- By the catalogs, not 'streams._capture()'::regprocedure: the cast
+      -- looks the name up as the caller, and a role without USAGE on the
+      -- schema streams would get 42501 from every CREATE TABLE.
+      AND t.tgfoid = (SELECT p.oid FROM pg_catalog.pg_proc p
+                      WHERE p.proname = '_capture' AND p.pronargs = 0
+                        AND p.pronamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = 'streams'))
     LIMIT 1;
     IF captured IS NOT NULL THEN
         RAISE EXCEPTION 'captured table % cannot be part of a partition or inheritance tree', captured

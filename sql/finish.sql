@@ -9,6 +9,7 @@
 --   GRANT USAGE ON SCHEMA streams TO ops;
 --   GRANT SELECT ON streams.status TO ops;
 --   GRANT EXECUTE ON FUNCTION streams._worker_status() TO ops;
+-- or, for numbers to alert on: GRANT pg_monitor TO ops (streams.metrics()).
 -- Privileges start from nothing: what default privileges (ALTER DEFAULT
 -- PRIVILEGES of the installing role) gave others on the new objects, or what
 -- a pre-existing empty schema granted, is taken back first.
@@ -86,6 +87,14 @@ GRANT EXECUTE ON FUNCTION streams.capture(regclass, text, text[]), streams.uncap
     streams._capture_args(bytea), streams.snapshot(text) TO PUBLIC;
 -- Redaction: whether the caller itself may redact (redact and the audit table come with the grant).
 GRANT EXECUTE ON FUNCTION streams._may_redact(text) TO PUBLIC;
+
+-- Metrics: streams.streams shows each role its own readable streams;
+-- streams.metrics() is for monitoring roles (the PostgreSQL convention:
+-- pg_monitor, which already sees more in pg_stat_activity), with the schema
+-- usage it takes. The statistics tables stay the owner's alone.
+GRANT SELECT ON streams.streams TO PUBLIC;
+GRANT USAGE ON SCHEMA streams TO pg_monitor;
+GRANT EXECUTE ON FUNCTION streams.metrics(integer, integer) TO pg_monitor;
 
 -- Start this database's worker when CREATE EXTENSION commits.
 SELECT streams._launch_worker();

@@ -16,7 +16,8 @@
 //! * webhooks/: events POSTed to HTTP endpoints, signed, by a worker of their own;
 //! * utility.rs: keeps DROP DATABASE working;
 //! * sql/: the tables, views and SQL functions users see (streams.sql, subscriptions.sql,
-//!   webhooks.sql, then finish.sql: privileges and the worker).
+//!   webhooks.sql, capture.sql, redaction.sql, metrics.sql, then finish.sql: privileges and
+//!   the worker).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -57,6 +58,11 @@ extension_sql_file!("../sql/subscriptions.sql", name = "subscriptions", requires
 extension_sql_file!("../sql/webhooks.sql", name = "webhooks", requires = ["subscriptions"]);
 extension_sql_file!("../sql/capture.sql", name = "capture", requires = ["webhooks"]);
 extension_sql_file!("../sql/redaction.sql", name = "redaction", requires = ["capture"]);
+extension_sql_file!(
+    "../sql/metrics.sql",
+    name = "metrics",
+    requires = ["redaction", delivery::status::_worker_counters]
+);
 extension_sql_file!("../sql/finish.sql", name = "finish", finalize);
 
 /// Set when `_PG_init` ran from `shared_preload_libraries` (inherited by every

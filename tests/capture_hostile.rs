@@ -292,3 +292,24 @@ fn statement_shapes_replay_to_the_table() {
         c.query("SELECT id::int8, v::int8 FROM m", &[]).unwrap().iter().map(|r| (r.get(0), r.get(1))).collect();
     assert_eq!(replay(&events(&mut c, "public.m")), table);
 }
+
+/// The capture guard (an event trigger on every CREATE and ALTER TABLE of
+/// the database) runs as whoever runs the DDL: it must not need anything of
+/// the schema streams. It named `streams._capture()` through a regprocedure
+/// cast, which checks USAGE on the schema, and so every CREATE TABLE of a
+/// role without it failed with 42501 (found by the console's hostile review).
+#[test]
+fn a_role_without_streams_grants_creates_and_alters_tables_in_its_own_schema() {
+    let db = TestDb::new();
+    let plain = TestRole::new(&db, "plain", "NOLOGIN");
+    let mut c = db.connect();
+    c.batch_execute(&format!("CREATE SCHEMA app_{p} AUTHORIZATION {p}; SET ROLE {p}", p = plain.name)).unwrap();
+    for ddl in [
+        format!("CREATE TABLE app_{}.orders (id integer)", plain.name),
+        format!("ALTER TABLE app_{}.orders ADD COLUMN total numeric", plain.name),
+        format!("CREATE TABLE app_{0}.orders_child () INHERITS (app_{0}.orders)", plain.name),
+    ] {
+        let done = c.batch_execute(&ddl);
+        assert!(done.is_ok(), "{ddl}: {:?}", done.err().and_then(|e| e.as_db_error().map(|d| d.message().to_owned())));
+    }
+}

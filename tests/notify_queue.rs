@@ -72,6 +72,11 @@ fn a_full_notification_queue_delays_delivery_but_never_visibility() {
         let state: Option<String> = owner.query_one("SELECT notify_state FROM streams.status", &[]).unwrap().get(0);
         state.as_deref() == Some("failing: the notification queue is full")
     });
+    // streams.metrics() (the gateway's /metrics): the failure has its reason and is counted.
+    wait_until("streams.metrics() reports the full queue and counts the failures", Duration::from_secs(30), || {
+        let (failing, reason, failures) = notification_metrics(&mut owner);
+        failing == 1.0 && reason == "queue_full" && failures >= 1.0
+    });
 
     // The attacker goes away. The queue drains once no listener holds its
     // tail; PostgreSQL moves an idle listener forward only when a notifying
@@ -96,6 +101,8 @@ fn a_full_notification_queue_delays_delivery_but_never_visibility() {
         let state: Option<String> = owner.query_one("SELECT notify_state FROM streams.status", &[]).unwrap().get(0);
         state.as_deref() == Some("ok")
     });
+    let (failing, reason, _) = notification_metrics(&mut owner);
+    assert_eq!((failing, reason.as_str()), (0.0, "ok"), "streams.metrics() reports notifications working again");
     while let Some((_, payload)) = listener.next(Duration::from_millis(500)) {
         let position = serde_json::from_str::<serde_json::Value>(&payload).unwrap()["position"].as_i64().unwrap();
         if position > *seen.last().unwrap_or(&1) {
@@ -108,4 +115,26 @@ fn a_full_notification_queue_delays_delivery_but_never_visibility() {
     wait_until("the queue empties for the tests that follow", Duration::from_secs(120), || {
         admin().query_one("SELECT pg_notification_queue_usage()", &[]).unwrap().get::<_, f64>(0) < 0.01
     });
+}
+
+/// The notification rows of streams.metrics(): litebase_streams_notifications_failing
+/// (its value and reason) and litebase_streams_notification_failures_total.
+fn notification_metrics(client: &mut postgres::Client) -> (f64, String, f64) {
+    let rows = client
+        .query(
+            "SELECT metric, labels->>'reason', value FROM streams.metrics()
+             WHERE metric IN ('litebase_streams_notifications_failing', 'litebase_streams_notification_failures_total')",
+            &[],
+        )
+        .unwrap();
+    let (mut failing, mut reason, mut failures) = (f64::NAN, String::new(), f64::NAN);
+    for row in rows {
+        let (metric, label, value): (String, Option<String>, f64) = (row.get(0), row.get(1), row.get(2));
+        if metric == "litebase_streams_notifications_failing" {
+            (failing, reason) = (value, label.unwrap_or_default());
+        } else {
+            failures = value;
+        }
+    }
+    (failing, reason, failures)
 }

@@ -11,6 +11,7 @@
 //! * `runtime`: transactions, failures and the pinned session settings, also
 //!   for the webhook worker;
 //! * `maintenance`: BRIN summarising and merging commit times;
+//! * `stream_stats`: counting events per stream (`streams.streams`, `streams.metrics()`);
 //! * `status`: the shared-memory half of `streams.status`.
 
 mod bounded;
@@ -20,4 +21,5 @@ mod plans;
 pub mod round;
 pub mod runtime;
 pub mod status;
+mod stream_stats;
 pub mod worker;

@@ -1,4 +1,5 @@
-//! The shared-memory half of `streams.status` and `streams.worker_pid()`:
+//! The shared-memory half of `streams.status`, `streams.worker_pid()` and
+//! the worker counters of `streams.metrics()`:
 //! the worker and whatever holds the horizon back. The view (sql/status.sql)
 //! adds the persisted horizon, the log's identity and the holder's
 //! transaction from `pg_stat_activity`.
@@ -78,4 +79,31 @@ pub(crate) fn worker_pid() -> Option<i32> {
     // SAFETY: MyDatabaseId is set once at connection and only read here.
     let entry = shmem::find_db(unsafe { pg_sys::MyDatabaseId })?;
     Some(entry.worker_pid.load(Ordering::Acquire)).filter(|&pid| pid != 0)
+}
+
+/// `streams._worker_counters()`: the worker counters `streams.metrics()`
+/// reports beside `_worker_status`: how often a worker started for this
+/// database, how often sending notifications failed, and why they fail now
+/// (`ok`, `queue_full` or `failing`). Zeros and `ok` before any worker ran.
+#[pg_extern(volatile)]
+#[search_path(pg_catalog, pg_temp)]
+pub(crate) fn _worker_counters(
+) -> TableIterator<'static, (name!(worker_starts, i64), name!(notification_failures, i64), name!(notify_reason, String))>
+{
+    crate::require_preload().or_raise();
+    // SAFETY: MyDatabaseId is set once at connection and only read here.
+    let entry = shmem::find_db(unsafe { pg_sys::MyDatabaseId });
+    let count = |counter: Option<&std::sync::atomic::AtomicU64>| {
+        counter.map_or(0, |c| i64::try_from(c.load(Ordering::Relaxed)).unwrap_or(i64::MAX))
+    };
+    let reason = match entry.map(|e| e.notify_state.load(Ordering::Relaxed)) {
+        Some(raw) if raw == NotifyState::QueueFull as u32 => "queue_full",
+        Some(raw) if raw == NotifyState::Failing as u32 => "failing",
+        _ => "ok",
+    };
+    TableIterator::once((
+        count(entry.map(|e| &e.worker_starts)),
+        count(entry.map(|e| &e.notification_failures)),
+        reason.to_owned(),
+    ))
 }

@@ -37,6 +37,7 @@ use super::runtime::{
     attempt, extension_installed, in_transaction, left_for_a_dropped_database, pin_session_settings,
     shutdown_requested, warn_failed, Failure,
 };
+use super::stream_stats::{count_new_events, Counted, CATCH_UP_PAUSE, STATS_INTERVAL};
 use crate::gucs;
 use crate::shmem::{self, Attach, DbEntry, NotifyState, Server, WorkerState};
 use litebase_streams_core::backoff::backoff_after;
@@ -150,6 +151,10 @@ unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
 /// finds one event or a hundred, so at high rates this is what keeps the
 /// worker's CPU per event low, at the cost of at most that interval of
 /// latency; at low rates rounds find an event or two and start at once.
+///
+/// Between rounds it also does the housekeeping of maintenance.rs (every
+/// few seconds) and counts the new final events per stream
+/// (stream_stats.rs, about every second).
 fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
     let mut failures = 0u32;
     let mut split = false;
@@ -157,6 +162,9 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
     let mut next_notify = std::time::Instant::now();
     let mut next_summary = std::time::Instant::now() + SUMMARY_INTERVAL;
     let mut compacted = crate::log::commit_times::Compacted::default();
+    let mut next_stats = std::time::Instant::now();
+    // Where the per-stream counts stand, and whether a pass ran out of time.
+    let mut stats = Counted::Nothing;
     let mut last_round = std::time::Instant::now();
     let mut busy = false;
     loop {
@@ -236,11 +244,23 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                     forget_idempotency_keys();
                     start_webhook_worker(db);
                 }
+                if std::time::Instant::now() >= next_stats {
+                    stats = count_new_events();
+                    let behind = matches!(stats, Counted::Through { behind: true, .. });
+                    next_stats = std::time::Instant::now() + if behind { CATCH_UP_PAUSE } else { STATS_INTERVAL };
+                }
                 if more {
                     continue; // the batch limit cut the round short
                 }
                 entry.set_state(WorkerState::Idle);
-                gucs::idle_poll()
+                // Events became final since the last count: count them by the
+                // interval, even when idle_poll is longer.
+                match stats {
+                    Counted::Through { position, .. } if position < horizon => {
+                        gucs::idle_poll().min(next_stats.saturating_duration_since(std::time::Instant::now()))
+                    }
+                    _ => gucs::idle_poll(),
+                }
             }
             Err(failure) => {
                 failures += 1;
@@ -248,6 +268,9 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                     // Perhaps NOTIFY failed: from now on visibility goes first.
                     split = true;
                     entry.notify_state.store(failure.notify_state() as u32, Ordering::Relaxed);
+                    if failure.notify_state() == NotifyState::QueueFull {
+                        entry.notification_failures.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 entry.set_state(WorkerState::Retrying);
                 let backoff = backoff_after(&failure.sqlstate, failures);
@@ -274,6 +297,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                 }
                 Err(failure) => {
                     notify_failures += 1;
+                    entry.notification_failures.fetch_add(1, Ordering::Relaxed);
                     entry.notify_state.store(failure.notify_state() as u32, Ordering::Relaxed);
                     let backoff = backoff_after(&failure.sqlstate, notify_failures);
                     warn_failed("notification round", &failure, backoff);

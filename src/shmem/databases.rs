@@ -1,5 +1,5 @@
 //! One entry per database: its worker and webhook worker, what they
-//! publish about themselves (horizon, state, rounds), a publisher's request
+//! publish about themselves (horizon, state, rounds, starts), a publisher's request
 //! for a worker, and the databases dropped lately. An entry is claimed,
 //! attached to and freed under the tranche's LWLock, so that it is never
 //! freed between a claim and an attach; everything else is atomics (safe
@@ -48,6 +48,13 @@ pub struct DbEntry {
     pub no_slot: AtomicBool,
     /// Delivery rounds the worker ran (a transaction each).
     pub rounds: AtomicU64,
+    /// Workers that attached to this entry since the server started (or
+    /// the entry was last freed): restarts are this minus one.
+    pub worker_starts: AtomicU64,
+    /// Failed attempts of the worker to send notifications: a notification
+    /// round that failed, or a combined round that NOTIFY failed (a full
+    /// queue). Visibility does not wait for either.
+    pub notification_failures: AtomicU64,
     /// pid of the webhook worker serving this database, 0 when none.
     pub webhook_pid: AtomicI32,
     /// A transaction that created or resumed a webhook committed: the
@@ -232,6 +239,7 @@ pub fn attach(db: pg_sys::Oid, server: Server, pid: i32, procno: i32) -> Attach 
         }
         procno_of.store(procno, Ordering::Release);
         if server == Server::Worker {
+            entry.worker_starts.fetch_add(1, Ordering::Relaxed);
             entry.retired.store(false, Ordering::Release);
             entry.needs_worker.store(false, Ordering::Release);
             entry.no_slot.store(false, Ordering::Release);
@@ -328,6 +336,8 @@ impl DbEntry {
         self.log_sequence.store(0, Ordering::Relaxed);
         self.newest.store(0, Ordering::Relaxed);
         self.rounds.store(0, Ordering::Relaxed);
+        self.worker_starts.store(0, Ordering::Relaxed);
+        self.notification_failures.store(0, Ordering::Relaxed);
         self.state.store(WorkerState::Starting as u32, Ordering::Relaxed);
         self.webhooks_wanted.store(false, Ordering::Relaxed);
         self.retired.store(false, Ordering::Relaxed);
