@@ -25,8 +25,10 @@ PGRX_VERSION=0.18.1
 # chromium: the gateway's browser test (tests/gateway.rs) runs it headless.
 # nats-server: the bridge's tests (tests/bridge.rs) and bench start it with JetStream (-js).
 # dpkg-dev / lintian: make package (dpkg-shlibdeps for Depends) and its check.
+# prometheus: its promtool checks docs/grafana/alerts.yml and the dashboard's queries (scripts/check-grafana.py, in make lint);
+# python3-yaml: that script reads the rule file (with Debian's python3; pip install pyyaml for another).
 APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-wal2json pgbouncer postgresql-15-pgq3 libclang-dev clang sudo inotify-tools
-              build-essential pkg-config libssl-dev python3-venv nodejs chromium nats-server dpkg-dev lintian)
+              build-essential pkg-config libssl-dev python3-venv nodejs chromium nats-server dpkg-dev lintian prometheus python3-yaml)
 # Debian's npm only when npm is missing: NodeSource's nodejs package bundles npm and
 # conflicts with Debian's.
 command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(npm)
