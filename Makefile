@@ -47,7 +47,8 @@ help:
 	@echo "                 prints its connection string (PGBOUNCER_PORT=..., default PGPORT + 10000)"
 	@echo "  pgbouncer-stop stop that pgbouncer"
 	@echo "  gateway        start if needed, build the gateway (gateway/), run it in the foreground against database"
-	@echo "                 GATEWAY_DB (default postgres) on GATEWAY_LISTEN (default 127.0.0.1:8080); Ctrl-C stops it"
+	@echo "                 GATEWAY_DB (default postgres) on GATEWAY_LISTEN (default 127.0.0.1:8080), printing the web"
+	@echo "                 console's URL with a development token for GATEWAY_CONSOLE_ROLE; Ctrl-C stops it"
 	@echo "  bridge         start if needed, build the bridge (bridge/), start nats-server with JetStream (NATS_PORT,"
 	@echo "                 default 4222), run the bridge in the foreground: database BRIDGE_DB (default postgres),"
 	@echo "                 streams BRIDGE_PATTERN (default payment.*) into JetStream stream LITEBASE_STREAMS;"
@@ -132,12 +133,22 @@ pgbouncer-stop:
 GATEWAY_DB     ?= postgres
 GATEWAY_LISTEN ?= 127.0.0.1:8080
 GATEWAY_ARGS   ?=
+# The role of the console URL's development token (make gateway prints the URL).
+GATEWAY_CONSOLE_ROLE ?= postgres
 GATEWAY_BIN    := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/gateway/litebase-streams-gateway
 LITEBASE_GATEWAY_JWT_SECRET ?= litebase-dev-secret
+# /metrics with the database's numbers needs this bearer token (a fixed development one unless set).
+LITEBASE_GATEWAY_METRICS_TOKEN ?= litebase-dev-metrics-token
 gateway: start
 	@echo "==> gateway"
 	@cargo build --profile gateway -p litebase-streams-gateway --bins
-	@LITEBASE_GATEWAY_JWT_SECRET='$(LITEBASE_GATEWAY_JWT_SECRET)' $(GATEWAY_BIN) \
+	@token=$$(LITEBASE_GATEWAY_JWT_SECRET='$(LITEBASE_GATEWAY_JWT_SECRET)' $(GATEWAY_BIN) token \
+		--role '$(GATEWAY_CONSOLE_ROLE)' --expires-in 43200) && \
+		echo "==> console: http://$(GATEWAY_LISTEN)/console/#token=$$token" && \
+		echo "    (a development token for role $(GATEWAY_CONSOLE_ROLE), valid 12 hours; GATEWAY_CONSOLE_ROLE=<role> for another)"
+	@echo "==> metrics: curl -H 'Authorization: Bearer $(LITEBASE_GATEWAY_METRICS_TOKEN)' http://$(GATEWAY_LISTEN)/metrics"
+	@LITEBASE_GATEWAY_JWT_SECRET='$(LITEBASE_GATEWAY_JWT_SECRET)' \
+		LITEBASE_GATEWAY_METRICS_TOKEN='$(LITEBASE_GATEWAY_METRICS_TOKEN)' $(GATEWAY_BIN) \
 		--database-url "host=$(PGHOST) port=$(PGPORT) user=postgres dbname=$(GATEWAY_DB)" \
 		--listen $(GATEWAY_LISTEN) $(GATEWAY_ARGS)
 

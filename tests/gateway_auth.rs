@@ -89,7 +89,7 @@ fn privileges_decide_what_each_token_sees() {
     // Someone with a connection sends forged notifications on the channels.
     let forged = json!({"position": secret + 1000, "stream": "pay.a", "time": "2026-01-01T00:00:00.000000Z", "tx": 1, "prev": 0, "data": {"forged": true}});
     let forged_secret = json!({"position": secret + 1001, "stream": "secret.plans", "time": "2026-01-01T00:00:00.000000Z", "tx": 1, "prev": 0, "data": {"forged": true}});
-    let unverified = gw.metric("gateway_unverified_notifications_total");
+    let unverified = gw.metric("litebase_streams_gateway_unverified_notifications_total");
     let mut intruder = s.db.connect_as(&s.login.name);
     intruder
         .execute(
@@ -98,7 +98,7 @@ fn privileges_decide_what_each_token_sees() {
         )
         .unwrap();
     wait_until("the gateway received the forged notifications", Duration::from_secs(10), || {
-        gw.metric("gateway_unverified_notifications_total") >= unverified + 2.0
+        gw.metric("litebase_streams_gateway_unverified_notifications_total") >= unverified + 2.0
     });
     let sentinel = publish(&mut owner, "pay.a", r#"{"sentinel": true}"#);
     let secret_after = publish(&mut owner, "secret.plans", r#"{"launch": "friday"}"#);
@@ -194,11 +194,11 @@ fn a_revoked_read_privilege_stops_live_forwarding() {
     owner.execute("SELECT streams.revoke('read', 'pay.a', $1::text::regrole)", &[&fickle.name]).unwrap();
     // The check made for `granted` was trusted for one poll interval (200 ms); let it expire.
     thread::sleep(Duration::from_millis(600));
-    let checks = s.gateway.metric("gateway_privilege_checks_total");
+    let checks = s.gateway.metric("litebase_streams_gateway_privilege_checks_total");
     publish(&mut owner, "pay.a", r#"{"revoked": true}"#);
     let after = sse.drain_until_closed(Duration::from_secs(20));
     assert!(after.is_empty(), "nothing reaches the client after the revoke: {after:?}");
-    assert!(s.gateway.metric("gateway_privilege_checks_total") > checks, "the gateway checked again");
+    assert!(s.gateway.metric("litebase_streams_gateway_privilege_checks_total") > checks, "the gateway checked again");
     let again = s.gateway.sse("/v1/streams/pay.a/events", Some(&token(&fickle.name)), Some(granted));
     assert_eq!(again.status, 403);
 }
@@ -221,8 +221,8 @@ fn forged_notifications_are_not_stored_and_force_few_replays() {
     assert_eq!(exact.next(Duration::from_secs(10)).unwrap().id, Some(real));
     assert_eq!(pattern.next(Duration::from_secs(10)).unwrap().id, Some(real));
     let peak_before = s.gateway.memory_kb("VmHWM");
-    let replays_before = s.gateway.metric("gateway_topic_replays_total");
-    let unverified = s.gateway.metric("gateway_unverified_notifications_total");
+    let replays_before = s.gateway.metric("litebase_streams_gateway_topic_replays_total");
+    let unverified = s.gateway.metric("litebase_streams_gateway_unverified_notifications_total");
     let started = Instant::now();
     let mut intruder = s.db.connect_as(&s.login.name);
     let padding = "f".repeat(7_800);
@@ -237,10 +237,10 @@ fn forged_notifications_are_not_stored_and_force_few_replays() {
             .unwrap();
     }
     wait_until("the gateway received the forged notifications", Duration::from_secs(60), || {
-        s.gateway.metric("gateway_unverified_notifications_total") >= unverified + forged as f64
+        s.gateway.metric("litebase_streams_gateway_unverified_notifications_total") >= unverified + forged as f64
     });
     let secs = started.elapsed().as_secs_f64();
-    let replays = s.gateway.metric("gateway_topic_replays_total") - replays_before;
+    let replays = s.gateway.metric("litebase_streams_gateway_topic_replays_total") - replays_before;
     let growth_kb = s.gateway.memory_kb("VmHWM").saturating_sub(peak_before);
     // Two topics, one forced replay each per second at most (plus the one in progress).
     assert!(replays <= 2.0 * (secs + 2.0), "{replays} replays for {forged} forged notifications in {secs:.1} s");

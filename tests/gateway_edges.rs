@@ -256,7 +256,7 @@ fn a_client_that_stops_reading_is_closed_after_the_write_timeout() {
     let sse = Sse::over(socket, "/v1/streams/pay.*/events", Some(&t), None).unwrap();
     assert_eq!(sse.status, 200);
     wait_until("the SSE connection is counted", Duration::from_secs(10), || {
-        s.gateway.metric("gateway_connections{transport=\"sse\"}") == 1.0
+        s.gateway.metric("litebase_streams_gateway_connections{transport=\"sse\"}") == 1.0
     });
     let mut last = 0;
     for _ in 0..40 {
@@ -266,7 +266,7 @@ fn a_client_that_stops_reading_is_closed_after_the_write_timeout() {
     // The client reads nothing; no more events come. Without a write
     // timeout the connection would hold its slot and buffers for ever.
     wait_until("the gateway closes the connection of a client that stopped reading", Duration::from_secs(20), || {
-        s.gateway.metric("gateway_connections{transport=\"sse\"}") == 0.0
+        s.gateway.metric("litebase_streams_gateway_connections{transport=\"sse\"}") == 0.0
     });
     drop(sse);
 }
@@ -440,10 +440,10 @@ fn a_topic_closes_soon_after_its_last_client_leaves() {
     let mut ws = s.gateway.ws(&t);
     let refused = ws_subscribe(&mut ws, "pay.b").unwrap_err();
     assert!(refused["error"].as_str().unwrap().contains("--max-topics-per-role"), "{refused}");
-    assert_eq!(s.gateway.metric("gateway_topics"), 1.0);
+    assert_eq!(s.gateway.metric("litebase_streams_gateway_topics"), 1.0);
     drop(sse);
     wait_until("the topic of the client that left closed", Duration::from_secs(5), || {
-        s.gateway.metric("gateway_topics") == 0.0
+        s.gateway.metric("litebase_streams_gateway_topics") == 0.0
     });
     ws_subscribe(&mut ws, "pay.b").unwrap();
     let p = publish(&mut s.db.connect(), "pay.b", "{}");

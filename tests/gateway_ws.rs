@@ -139,7 +139,7 @@ fn topics_are_bounded_and_closed_topics_unlisten() {
     expect(&mut ws, "subscribed");
     ws.send(json!({"type": "subscribe", "stream": "pay.nothing2"}));
     expect(&mut ws, "subscribed");
-    assert_eq!(gw.metric("gateway_listen_channels"), 2.0);
+    assert_eq!(gw.metric("litebase_streams_gateway_listen_channels"), 2.0);
     ws.send(json!({"type": "subscribe", "stream": "pay.nothing3"}));
     let m = expect(&mut ws, "error");
     assert_eq!(m["status"], 503, "{m}");
@@ -147,7 +147,8 @@ fn topics_are_bounded_and_closed_topics_unlisten() {
     ws.send(json!({"type": "unsubscribe", "stream": "pay.nothing1"}));
     expect(&mut ws, "unsubscribed");
     wait_until("the idle topic closed and UNLISTENed its channel", Duration::from_secs(20), || {
-        gw.metric("gateway_topics") == 1.0 && gw.metric("gateway_listen_channels") == 1.0
+        gw.metric("litebase_streams_gateway_topics") == 1.0
+            && gw.metric("litebase_streams_gateway_listen_channels") == 1.0
     });
     ws.send(json!({"type": "subscribe", "stream": "pay.nothing3"}));
     expect(&mut ws, "subscribed");
@@ -156,16 +157,21 @@ fn topics_are_bounded_and_closed_topics_unlisten() {
     ws.send(json!({"type": "unsubscribe", "stream": "pay.nothing2"}));
     expect(&mut ws, "unsubscribed");
     let mut ws2 = gw.ws(&token(&other.name));
-    wait_until("the idle topic closed", Duration::from_secs(20), || gw.metric("gateway_topics") == 1.0);
+    wait_until("the idle topic closed", Duration::from_secs(20), || {
+        gw.metric("litebase_streams_gateway_topics") == 1.0
+    });
     ws2.send(json!({"type": "subscribe", "stream": "pay.nothing3"}));
     expect(&mut ws2, "subscribed");
-    assert_eq!((gw.metric("gateway_topics"), gw.metric("gateway_listen_channels")), (2.0, 1.0));
+    assert_eq!(
+        (gw.metric("litebase_streams_gateway_topics"), gw.metric("litebase_streams_gateway_listen_channels")),
+        (2.0, 1.0)
+    );
     ws.send(json!({"type": "unsubscribe", "stream": "pay.nothing3"}));
     expect(&mut ws, "unsubscribed");
     wait_until("one of the two topics on the channel closed", Duration::from_secs(20), || {
-        gw.metric("gateway_topics") == 1.0
+        gw.metric("litebase_streams_gateway_topics") == 1.0
     });
-    assert_eq!(gw.metric("gateway_listen_channels"), 1.0, "the other topic still uses the channel");
+    assert_eq!(gw.metric("litebase_streams_gateway_listen_channels"), 1.0, "the other topic still uses the channel");
     // It still works: an event on it arrives.
     let position = publish(&mut s.db.connect(), "pay.nothing3", r#"{"late": true}"#);
     let m = expect(&mut ws2, "event");

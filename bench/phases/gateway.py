@@ -134,7 +134,7 @@ def run(b):
             c.execute(f"DROP ROLE IF EXISTS {READER}")
     scraped = {}
     for line in metrics.splitlines():
-        if line.startswith("gateway_") and " " in line:
+        if line.startswith("litebase_streams_gateway_") and " " in line:
             name, value = line.rsplit(" ", 1)
             scraped[name] = float(value)
     g = out["gateway"]
@@ -224,5 +224,5 @@ def section(res, w):
       f"{out['loadgen_cpu_pct'] or float('nan'):.0f}%. **Database connections: {g['db_connections']}** "
       f"(pg_stat_activity, application_name `litebase-streams-gateway`) for {out['connected']:,} clients. "
       f"Every client received every event once, in order: {'yes' if _exactly_once(out) else 'no'}; "
-      f"slow-client drops: {gw['metrics'].get('gateway_slow_client_drops_total', 0):.0f}.")
+      f"slow-client drops: {gw['metrics'].get('litebase_streams_gateway_slow_client_drops_total', 0):.0f}.")
     w("")

@@ -144,6 +144,28 @@ pub struct Config {
     #[arg(long, env = "LITEBASE_GATEWAY_QUERY_TIMEOUT", default_value_t = 10)]
     pub query_timeout_secs: u64,
 
+    /// Seconds between two reads of `streams.metrics()` for GET /metrics: the database's numbers are read once
+    /// per interval, on a connection of their own, and cached, so that a scrape never queries the database.
+    #[arg(long = "metrics-interval", env = "LITEBASE_GATEWAY_METRICS_INTERVAL", default_value_t = 5)]
+    pub metrics_interval_secs: u64,
+
+    /// Role to read `streams.metrics()` as (SET ROLE; it needs EXECUTE on the function, which members of
+    /// pg_monitor have). Default: the login role itself.
+    #[arg(long, env = "LITEBASE_GATEWAY_METRICS_ROLE")]
+    pub metrics_role: Option<String>,
+
+    /// Secret a scrape of GET /metrics must send as `Authorization: Bearer <secret>` (others get 401). Only with
+    /// it does /metrics show the database's numbers (`streams.metrics()`: stream, subscription, webhook and owner
+    /// names, which SQL shows only to pg_monitor) and the clients per topic pattern; without it /metrics needs no
+    /// token and shows the gateway's own counters only, and `streams.metrics()` is never read.
+    #[arg(
+        long,
+        env = "LITEBASE_GATEWAY_METRICS_TOKEN",
+        hide_env_values = true,
+        value_parser = clap::builder::NonEmptyStringValueParser::new()
+    )]
+    pub metrics_token: Option<String>,
+
     #[command(flatten)]
     pub limits: crate::limits::Limits,
 
@@ -167,5 +189,9 @@ impl Config {
 
     pub fn topic_idle(&self) -> Duration {
         Duration::from_millis(self.topic_idle_ms)
+    }
+
+    pub fn metrics_interval(&self) -> Duration {
+        Duration::from_secs(self.metrics_interval_secs.max(1))
     }
 }

@@ -36,6 +36,7 @@ pub fn router(hub: Arc<Hub>, auth: Auth) -> Router {
         .route("/v1/ws", get(ws::upgrade))
         .route("/healthz", get(healthz))
         .route("/metrics", get(render_metrics))
+        .merge(crate::console::routes())
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max_body))
@@ -341,10 +342,14 @@ async fn health(app: &App) -> Result<serde_json::Value, ApiError> {
     }
 }
 
-async fn render_metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
+/// GET /metrics. With --metrics-token only a scrape that sends it gets an
+/// answer (all of it); without, anyone gets the gateway's own counters
+/// (metrics/access.rs).
+async fn render_metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let scope = metrics::access::scope(app.hub.cfg.metrics_token.as_deref(), &headers)?;
     let listening = app.hub.listening.load(Ordering::Relaxed) as usize;
     metrics::get().db_connections.set((app.hub.db.connections() + listening) as f64);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::render())
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::render(scope)).into_response())
 }
 
 #[cfg(test)]

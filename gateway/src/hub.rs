@@ -118,6 +118,12 @@ impl Hub {
     pub fn start(cfg: Config, db: Db) -> Arc<Hub> {
         let (hub, requests) = Hub::new(cfg, db);
         tokio::spawn(crate::listen::listener(hub.db.listen_config.clone(), hub.clone(), requests));
+        let scraped = Arc::downgrade(&hub);
+        metrics::add_section(move |out| {
+            if let Some(hub) = scraped.upgrade() {
+                metrics::topic_clients::write(out, hub.clients_by_pattern());
+            }
+        });
         hub
     }
 
@@ -255,6 +261,17 @@ impl Hub {
             topic.state.lock().unwrap().force_replay = true;
             topic.wake.notify_one();
         }
+    }
+
+    /// Clients by topic pattern, summed over roles and filters (for
+    /// /metrics: no role name leaves here).
+    pub fn clients_by_pattern(&self) -> HashMap<String, usize> {
+        let mut clients: HashMap<String, usize> = HashMap::new();
+        for topic in self.topics.lock().unwrap().by_key.values() {
+            let n = topic.state.lock().unwrap().clients.len();
+            *clients.entry(topic.pattern.clone()).or_default() += n;
+        }
+        clients
     }
 
     /// A role that may read something (/healthz may ask as it).

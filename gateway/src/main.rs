@@ -8,12 +8,16 @@
 //! one LISTEN connection), subscription.rs (one client: catch-up, then live), http.rs
 //! (routes, SSE), ws.rs (WebSocket), event.rs (the wire encoding),
 //! pattern.rs (stream names and patterns), metrics.rs (Prometheus),
-//! limits.rs (what one TCP connection may hold, and for how long).
+//! db_metrics.rs (the database's numbers in /metrics, read on an interval),
+//! limits.rs (what one TCP connection may hold, and for how long), console/
+//! (the web console: its embedded files and its JSON API).
 
 mod app;
 mod auth;
 mod config;
+mod console;
 mod db;
+mod db_metrics;
 mod error;
 mod event;
 mod http;
@@ -76,6 +80,19 @@ async fn serve(cfg: config::Config) -> Result<(), String> {
         warn!(max_tcp, "--max-tcp-connections lowered to what the file descriptor limit allows");
     }
     let hub = hub::Hub::start(cfg, db);
+    // The database's numbers name streams, subscriptions and roles: read
+    // them only when /metrics can keep them from strangers.
+    if hub.cfg.metrics_token.is_some() {
+        db_metrics::start(&hub.cfg, hub.db.listen_config.clone());
+    } else {
+        warn!(
+            "no --metrics-token: /metrics needs no token and shows the gateway's own counters only, without the \
+             database's numbers (streams.metrics() is not read{}) or the clients per topic pattern; to have them, \
+             start with --metrics-token <secret> (LITEBASE_GATEWAY_METRICS_TOKEN) and scrape with \
+             Authorization: Bearer <secret>",
+            if hub.cfg.metrics_role.is_some() { ", so --metrics-role is unused" } else { "" }
+        );
+    }
     let app = http::router(hub, auth);
     let listener = TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     info!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);

@@ -135,7 +135,7 @@ impl Service {
     }
 
     /// One value of GET /metrics (0 when absent): a name with its labels as
-    /// exposed, `gateway_topics` or `litebase_streams_bridge_up{target="nats"}`.
+    /// exposed, `litebase_streams_gateway_topics` or `litebase_streams_bridge_up{target="nats"}`.
     pub fn metric(&self, name: &str) -> f64 {
         let (_, body) = self.get("/metrics");
         body.lines()

@@ -304,7 +304,7 @@ async fn metrics_render_without_a_database() {
     let answer = send(&gateway(&[]), Request::get("/metrics").body(Body::empty()).unwrap()).await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.headers[header::CONTENT_TYPE], "text/plain; version=0.0.4");
-    assert!(answer.body.contains("gateway_database_connections"), "{}", answer.body);
+    assert!(answer.body.contains("litebase_streams_gateway_database_connections"), "{}", answer.body);
 }
 
 #[tokio::test]
