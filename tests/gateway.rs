@@ -18,6 +18,7 @@ use std::sync::RwLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::browser::Browser;
 use common::gateway::{
     assert_exactly_once_in_order, set_receive_buffer, token, Gateway, Setup, Sse, SseEnd, SseEvent, Writers,
 };
@@ -120,7 +121,7 @@ fn sse_resumes_with_last_event_id_across_gateway_and_database_restarts_with_writ
     let last = *committed.last().unwrap();
     client.pump_until("the last committed event arrived", Duration::from_secs(30), |c| c.last() == Some(last));
     assert_exactly_once_in_order(&client.positions(), &committed, "SSE across restarts");
-    let reconnects = s.gateway.metric("gateway_listen_reconnects_total");
+    let reconnects = s.gateway.metric("litebase_streams_gateway_listen_reconnects_total");
     assert!(reconnects >= 1.0, "the gateway re-established LISTEN after the database restart");
 }
 
@@ -151,126 +152,6 @@ fn a_handful_of_database_connections_serve_many_clients() {
         .unwrap()
         .get(0);
     assert!((1..=4).contains(&used), "60 clients over {used} database connections (pool of 3 + LISTEN)");
-}
-
-/// Reads a page of Chromium's DevTools protocol target list and evaluates
-/// JavaScript in the page.
-struct Browser {
-    _child: KillOnDrop,
-    page: tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>,
-    next_id: u64,
-    _profile: TempDir,
-}
-
-/// A child process killed when dropped, also by a panic before it is in place.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl Browser {
-    fn open(url: &str) -> Browser {
-        let profile = TempDir(std::env::temp_dir().join(format!("gateway-chromium-{}", std::process::id())));
-        // Chromium's own output, kept after the test for a launch that fails.
-        let log_path = std::env::temp_dir().join(format!("gateway-chromium-{}.log", std::process::id()));
-        let log = std::fs::File::create(&log_path).unwrap();
-        eprintln!("chromium's output: {}", log_path.display());
-        // Port 0: Chromium picks a free port itself and writes it to
-        // DevToolsActivePort in the profile (no race for a port we chose).
-        let mut child = std::process::Command::new("chromium")
-            .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
-            .arg("--disable-extensions")
-            .arg("--remote-debugging-port=0")
-            .arg(format!("--user-data-dir={}", profile.0.display()))
-            .arg(url)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .map(KillOnDrop)
-            .expect("chromium runs (Debian package chromium; make setup installs it)");
-        let mut ws_url = None;
-        // A loaded machine can take long to start a browser: wait generously,
-        // and fail at once, with its output, if it exits.
-        wait_until("Chromium lists the page on its DevTools port", Duration::from_secs(120), || {
-            if let Ok(Some(status)) = child.0.try_wait() {
-                panic!("chromium exited ({status}): {}", std::fs::read_to_string(&log_path).unwrap_or_default());
-            }
-            let Some(port) = std::fs::read_to_string(profile.0.join("DevToolsActivePort"))
-                .ok()
-                .and_then(|s| s.lines().next().and_then(|l| l.trim().parse::<u16>().ok()))
-            else {
-                return false;
-            };
-            let Some(body) = devtools_list(port) else { return false };
-            let targets: Vec<Value> = serde_json::from_str(&body).unwrap_or_default();
-            ws_url = targets
-                .iter()
-                .find(|t| t["type"] == "page" && t["url"].as_str().is_some_and(|u| u.starts_with("file:")))
-                .and_then(|t| t["webSocketDebuggerUrl"].as_str().map(String::from));
-            ws_url.is_some()
-        });
-        let (page, _) = tungstenite::connect(ws_url.unwrap()).unwrap();
-        if let tungstenite::stream::MaybeTlsStream::Plain(s) = page.get_ref() {
-            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap(); // a dead browser fails the test, not hangs it
-        }
-        Browser { _child: child, page, next_id: 1, _profile: profile }
-    }
-
-    /// The value of a JavaScript expression in the page.
-    fn eval(&mut self, expression: &str) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        let call = json!({"id": id, "method": "Runtime.evaluate", "params": {"expression": expression, "returnByValue": true}});
-        self.page.send(tungstenite::Message::Text(call.to_string().into())).unwrap();
-        loop {
-            if let tungstenite::Message::Text(t) = self.page.read().unwrap() {
-                let reply: Value = serde_json::from_str(t.as_str()).unwrap();
-                if reply["id"] == id {
-                    return reply["result"]["result"]["value"].clone();
-                }
-            }
-        }
-    }
-}
-
-/// GET /json/list of Chromium's DevTools HTTP server (HTTP/1.1, Content-Length).
-fn devtools_list(port: u16) -> Option<String> {
-    use std::io::{BufRead, Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    stream.write_all(format!("GET /json/list HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").as_bytes()).ok()?;
-    let mut reader = std::io::BufReader::new(stream);
-    let mut length = 0;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = line.split_once(':') {
-            if k.eq_ignore_ascii_case("content-length") {
-                length = v.trim().parse().ok()?;
-            }
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
-    String::from_utf8(body).ok()
 }
 
 #[test]
@@ -341,7 +222,7 @@ fn a_slow_client_is_disconnected_and_memory_stays_bounded() {
     let growth_kb = s.gateway.memory_kb("VmHWM").saturating_sub(peak_before);
     assert!(growth_kb < 16 * 1024, "the gateway's peak memory grew by {growth_kb} kB for 48 MB of events");
     wait_until("the gateway dropped the slow client", Duration::from_secs(30), || {
-        s.gateway.metric("gateway_slow_client_drops_total") >= 1.0
+        s.gateway.metric("litebase_streams_gateway_slow_client_drops_total") >= 1.0
     });
     // The slow client finds its connection closed after what was in flight, and resumes.
     let delivered = slow.drain_until_closed(Duration::from_secs(30));
@@ -497,11 +378,11 @@ fn idle_topics_back_off_their_safety_net_replays() {
     let t = token(&s.reader.name);
     let mut sse = s.gateway.sse("/v1/streams/pay.*/events", Some(&t), None);
     assert_eq!(sse.status, 200);
-    let before = s.gateway.metric("gateway_topic_replays_total");
+    let before = s.gateway.metric("litebase_streams_gateway_topic_replays_total");
     let started = Instant::now();
     // Without backoff, 2 s at 50 ms would be 40 replays; doubling from 50 ms it is 6.
     thread::sleep(Duration::from_secs(2));
-    let replays = s.gateway.metric("gateway_topic_replays_total") - before;
+    let replays = s.gateway.metric("litebase_streams_gateway_topic_replays_total") - before;
     assert!(replays <= 10.0, "{replays} replays of an idle topic in {:?}", started.elapsed());
     // A stream the pattern had not met: found by a replay, then live.
     let mut owner = s.db.connect();

@@ -182,6 +182,14 @@ impl Db {
         }
     }
 
+    /// A connection of `server`'s pool, for queries that live beside the
+    /// routes that ask them (the console's, console/api.rs): they run each
+    /// in a transaction from [`begin`], as the request's role, never as the
+    /// gateway's own.
+    pub async fn client(&self, server: Server) -> Result<deadpool_postgres::Object, ApiError> {
+        Ok(self.pool(server).get().await?)
+    }
+
     /// Connections the pools hold (for /metrics).
     pub fn connections(&self) -> usize {
         self.primary.status().size + self.replica.as_ref().map_or(0, |p| p.status().size)
@@ -405,7 +413,7 @@ impl Db {
 /// A transaction as `role`. Read-only ones are REPEATABLE READ, so the
 /// horizon and the page come from one snapshot. A role that does not exist
 /// is a bad token (401); one the gateway may not become is 403.
-async fn begin<'a>(
+pub(crate) async fn begin<'a>(
     client: &'a mut deadpool_postgres::Object,
     role: &str,
     read_only: bool,

@@ -9,6 +9,7 @@
 //! current one).
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod gateway;
 pub mod nats;
 pub mod pgbouncer;
