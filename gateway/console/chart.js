@@ -3,6 +3,8 @@
 // console's CSP (style-src 'self') allows.
 
 import { h } from "./dom.js";
+import { count, duration } from "./format.js";
+import * as sampler from "./sampler.js";
 
 const COLOURS = ["#2f6fde", "#d9822b", "#1f9d6b", "#a04bd1"];
 
@@ -91,4 +93,38 @@ export function lineChart(container, { title, series, format, integer = false })
 /// 14:05:30 (the viewer's time zone).
 function clockTime(seconds) {
   return new Date(seconds * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
+}
+
+/// The charts of the sampler's numbers, by name.
+const SAMPLED = {
+  events: {
+    title: "Events/s",
+    series: [{ label: "events/s", value: (s) => s.rate }],
+    format: (v) => (v >= 100 ? count(v) : String(Math.round(v * 10) / 10)),
+  },
+  lag: {
+    title: "Lag (positions)",
+    series: [
+      { label: "horizon", value: (s) => s.horizonLag },
+      { label: "delivery", value: (s) => s.deliveryLag },
+    ],
+    format: count,
+    integer: true,
+  },
+  subscriptionLag: {
+    title: "Largest subscription lag",
+    series: [{ label: "lag", value: (s) => s.subscriptionLag }],
+    format: duration,
+  },
+};
+
+/// The named charts of the sampler's numbers in `container`, following
+/// the sampler; returns the function that stops and removes them.
+export function sampledCharts(container, names) {
+  const charts = names.map((name) => lineChart(container, SAMPLED[name]));
+  const unsubscribe = sampler.subscribe((samples) => charts.forEach((chart) => chart.update(samples)));
+  return () => {
+    unsubscribe();
+    charts.forEach((chart) => chart.destroy());
+  };
 }

@@ -2,9 +2,9 @@
 // positions, newest event) and a form to tail any pattern.
 
 import * as api from "../api.js";
-import { lineChart } from "../chart.js";
+import { sampledCharts } from "../chart.js";
 import { errorNotice, h, heading, replace, table, when } from "../dom.js";
-import { count, duration, position, rate } from "../format.js";
+import { count, position, rate } from "../format.js";
 import { eventHref, streamHref } from "../router.js";
 import * as sampler from "../sampler.js";
 
@@ -31,30 +31,7 @@ export function render(main) {
     h("section", { "aria-labelledby": "streams-table-title" }, h("h2", { id: "streams-table-title" }, "Streams this role may read"), list),
   );
 
-  const eventsChart = lineChart(charts, {
-    title: "Events/s",
-    series: [{ label: "events/s", value: (s) => s.rate }],
-    format: (v) => (v >= 100 ? count(v) : String(Math.round(v * 10) / 10)),
-  });
-  const lagChart = lineChart(charts, {
-    title: "Lag (positions)",
-    series: [
-      { label: "horizon", value: (s) => s.horizonLag },
-      { label: "delivery", value: (s) => s.deliveryLag },
-    ],
-    format: count,
-    integer: true,
-  });
-  const subscriptionChart = lineChart(charts, {
-    title: "Largest subscription lag",
-    series: [{ label: "lag", value: (s) => s.subscriptionLag }],
-    format: duration,
-  });
-  const unsubscribe = sampler.subscribe((samples) => {
-    eventsChart.update(samples);
-    lagChart.update(samples);
-    subscriptionChart.update(samples);
-  });
+  const stopCharts = sampledCharts(charts, ["events", "lag", "subscriptionLag"]);
 
   // Pages of streams by name: `pages` holds the `after` of each page shown.
   const pages = [null];
@@ -88,10 +65,7 @@ export function render(main) {
   return () => {
     stopped = true;
     clearTimeout(timer);
-    unsubscribe();
-    eventsChart.destroy();
-    lagChart.destroy();
-    subscriptionChart.destroy();
+    stopCharts();
   };
 }
 

@@ -2,10 +2,9 @@
 // what holds the horizon back, from streams.status; the lag chart.
 
 import * as api from "../api.js";
-import { lineChart } from "../chart.js";
+import { sampledCharts } from "../chart.js";
 import { badge, errorNotice, h, heading, notice, replace } from "../dom.js";
 import { absolute, count, duration, intervalSeconds, position } from "../format.js";
-import * as sampler from "../sampler.js";
 
 const REFRESH_MS = 2000;
 
@@ -13,24 +12,7 @@ export function render(main) {
   const body = h("div", { id: "worker-body" }, h("p", { class: "muted" }, "Loading…"));
   const charts = h("div", { class: "charts charts-two" });
   main.append(h("div", { class: "page-head" }, heading("Worker")), body, charts);
-  const lagChart = lineChart(charts, {
-    title: "Lag (positions)",
-    series: [
-      { label: "horizon", value: (s) => s.horizonLag },
-      { label: "delivery", value: (s) => s.deliveryLag },
-    ],
-    format: count,
-    integer: true,
-  });
-  const subscriptionChart = lineChart(charts, {
-    title: "Largest subscription lag",
-    series: [{ label: "lag", value: (s) => s.subscriptionLag }],
-    format: duration,
-  });
-  const unsubscribe = sampler.subscribe((samples) => {
-    lagChart.update(samples);
-    subscriptionChart.update(samples);
-  });
+  const stopCharts = sampledCharts(charts, ["lag", "subscriptionLag"]);
   let stopped = false;
   let timer = null;
   async function load() {
@@ -48,9 +30,7 @@ export function render(main) {
   return () => {
     stopped = true;
     clearTimeout(timer);
-    unsubscribe();
-    lagChart.destroy();
-    subscriptionChart.destroy();
+    stopCharts();
   };
 }
 
