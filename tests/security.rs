@@ -287,6 +287,8 @@ fn default_privileges_do_not_reach_the_log() {
                -- Readable by everyone on purpose; each role sees only its own rows.
                AND c.oid NOT IN ('streams.stream_grants'::regclass, 'streams.subscriptions'::regclass,
                                  'streams.webhooks'::regclass, 'streams.dead_letters'::regclass,
+                                 -- The streams the caller may read, with their counts.
+                                 'streams.streams'::regclass,
                                  -- pg_trigger, which it reads, is readable by everyone too.
                                  'streams.captures'::regclass)",
             &[&reporting.name],

@@ -172,6 +172,11 @@ unsafe extern "C-unwind" fn drop_database(call: *const Call, db: pg_sys::Oid) {
     // A cancel while waiting for the worker to leave, or a failed drop, both
     // bring the worker back.
     PgTryBuilder::new(AssertUnwindSafe(|| {
+        // Remembered before the drop, not after it: a worker the postmaster
+        // restarts while the drop runs (its checkpoint can take seconds)
+        // then leaves for good instead of connecting to a database that is
+        // gone by the time it asks (after_drop forgets it if the drop fails).
+        shmem::remember_dropped(db);
         stop_for_drop(db);
         // SAFETY: as above: an ERROR comes back as a panic caught below.
         unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| call.next()) }
@@ -215,10 +220,11 @@ fn wait_for_exit(pid: &std::sync::atomic::AtomicI32) {
 }
 
 /// After DROP DATABASE: on success, free the database's entry (its OID may be
-/// reused); on failure, clear the stop request and start the worker again.
+/// reused); on failure, forget that it was dropped, clear the stop request
+/// and start the worker again.
 fn after_drop(db: pg_sys::Oid, dropped: bool, was_running: bool) {
-    if dropped {
-        shmem::remember_dropped(db);
+    if !dropped {
+        shmem::forget_dropped(db);
     }
     if let Some(entry) = shmem::find_db(db) {
         entry.stop.store(false, Ordering::Release);
