@@ -10,11 +10,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::gateway::{token, Gateway, Setup, SECRET};
+use common::gateway::{header, raw_head, token, Gateway, Setup, SECRET};
 use common::{publish, wait_for_horizon, wait_until, TestRole};
 use serde_json::Value;
 
@@ -41,32 +41,6 @@ fn get(gw: &Gateway, path: &str, role: &str) -> Value {
 /// The names of a streams page.
 fn names(page: &Value) -> Vec<&str> {
     page["streams"].as_array().unwrap().iter().map(|s| s["stream"].as_str().unwrap()).collect()
-}
-
-/// Status line and headers of a raw GET (`path` sent byte for byte).
-fn head(port: u16, path: &str) -> (u16, Vec<(String, String)>) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).unwrap();
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line).unwrap();
-    let status = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let mut headers = Vec::new();
-    loop {
-        line.clear();
-        reader.read_line(&mut line).unwrap();
-        match line.trim_end().split_once(':') {
-            Some((name, value)) => headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned())),
-            None => break,
-        }
-    }
-    let _ = reader.read_to_end(&mut Vec::new());
-    (status, headers)
-}
-
-fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
-    headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
 }
 
 /// Every route of the API, with a path that parses.
@@ -447,7 +421,7 @@ fn the_files_carry_the_policy_and_paths_out_of_the_console_are_404() {
     let s = Setup::new(&[]);
     let port = s.gateway.port;
     for path in ["/console", "/console/", "/console/index.html"] {
-        let (status, headers) = head(port, path);
+        let (status, headers) = raw_head(port, "GET", path);
         assert_eq!(status, 200, "{path}");
         let policy = header(&headers, "content-security-policy").unwrap_or_default();
         for directive in ["default-src 'self'", "script-src 'self'", "frame-ancestors 'none'", "base-uri 'none'"] {
@@ -467,7 +441,7 @@ fn the_files_carry_the_policy_and_paths_out_of_the_console_are_404() {
         "/console/.git/config",
         "/console//etc/passwd",
     ] {
-        let (status, headers) = head(port, path);
+        let (status, headers) = raw_head(port, "GET", path);
         assert_eq!(status, 404, "{path}");
         assert!(header(&headers, "content-security-policy").is_some(), "{path}");
     }

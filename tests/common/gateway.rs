@@ -488,3 +488,32 @@ impl Ws {
         }
     }
 }
+
+/// Status line and headers of a raw request (`path` sent byte for byte).
+pub fn raw_head(port: u16, method: &str, path: &str) -> (u16, Vec<(String, String)>) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    stream.write_all(format!("{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let status = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        match line.trim_end().split_once(':') {
+            Some((name, value)) => headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned())),
+            None => break,
+        }
+    }
+    let _ = reader.read_to_end(&mut Vec::new());
+    (status, headers)
+}
+
+/// The value of a header of [`raw_head`]'s answer (names lowercased).
+pub fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
+    headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+}
