@@ -96,5 +96,17 @@ GRANT SELECT ON streams.streams TO PUBLIC;
 GRANT USAGE ON SCHEMA streams TO pg_monitor;
 GRANT EXECUTE ON FUNCTION streams.metrics(integer, integer) TO pg_monitor;
 
+-- Storage: the settings and the first position retention kept are
+-- everyone's to see (a reader needs to know where the log starts), and
+-- reads call _retained as the reader. The partitions, with their sizes and
+-- the times of their newest events, are for monitoring roles. Changing any
+-- of it (set_partition_size, set_retention, archive) is the extension
+-- owner's alone.
+GRANT SELECT ON streams.storage TO PUBLIC;
+GRANT EXECUTE ON FUNCTION streams._retained(bigint, timestamptz, xid8), streams._first_position(),
+    streams._partition_bounds(), streams._storage(), streams._subscription_lost(text, bigint) TO PUBLIC;
+GRANT SELECT ON streams.partitions TO pg_monitor;
+GRANT EXECUTE ON FUNCTION streams._partition_info() TO pg_monitor;
+
 -- Start this database's worker when CREATE EXTENSION commits.
 SELECT streams._launch_worker();

@@ -20,6 +20,9 @@
 --    alter_subscription, create_subscription(if_not_exists).
 -- 7. Events per stream (streams.stream_stats, counted by the worker),
 --    streams.streams and streams.metrics() for Prometheus.
+-- 8. The log partitioned by position ranges: the 0.2.0 table becomes its
+--    first partition, attached as it is (no rows copied); archive and
+--    opt-in retention (sql/storage.sql).
 
 \echo Use "ALTER EXTENSION litebase_streams UPDATE TO '0.3.0'" to load this file. \quit
 
@@ -121,6 +124,26 @@ LEFT JOIN LATERAL (
 ) progress ON true
 WHERE pg_catalog.pg_has_role(s.owner, 'USAGE');
 
+-- 8. (the functions streams.status reads; the partitioned log follows below)
+-- streams._partition_bounds() -> table (partition, first_position, end_position)
+-- The log's partitions in position order, from the relation cache: each
+-- holds [first_position, end_position); first_position null: from the start.
+CREATE FUNCTION streams._partition_bounds()
+RETURNS TABLE (partition regclass, first_position bigint, end_position bigint)
+LANGUAGE c STABLE AS 'MODULE_PATHNAME', '_partition_bounds_wrapper';
+COMMENT ON FUNCTION streams._partition_bounds() IS 'Internal: the log''s partitions and their bounds, in position order.';
+
+-- streams._first_position() -> bigint
+-- The first position the log still holds after retention removed partitions
+-- below it (null: nothing was removed): the end of streams.event_log_removed,
+-- the empty partition that takes the removed positions' place. From the
+-- catalog, under a lock on the log held to the end of the transaction: a
+-- partition is dropped only under a lock that waits for every reader of the
+-- log, so what a reader reads after calling this is whole.
+CREATE FUNCTION streams._first_position() RETURNS bigint
+LANGUAGE c STABLE AS 'MODULE_PATHNAME', '_first_position_wrapper';
+COMMENT ON FUNCTION streams._first_position() IS 'Internal: the first position retention kept (null: nothing removed).';
+
 CREATE OR REPLACE VIEW streams.status AS
 SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0) AS horizon,
        w.newest_position,
@@ -140,9 +163,11 @@ SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizo
             WHEN a.state LIKE 'idle in transaction%' THEN 'its client: idle in transaction'
             WHEN a.wait_event IS NOT NULL THEN pg_catalog.concat(a.wait_event_type, ': ', a.wait_event)
             ELSE 'its own work: running'
-       END AS holder_waits_for
+       END AS holder_waits_for,
+       streams._first_position() AS first_position
 FROM streams._worker_status() w
 LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = w.holder_pid;
+COMMENT ON COLUMN streams.status.first_position IS 'The first position retention kept: every lower one was removed (null: nothing removed).';
 COMMENT ON COLUMN streams.status.holder_waits_for IS 'What the transaction holding the horizon back waits for: synchronous replication (committed locally; hold_timeout never ends it), its client (idle in transaction), or a wait event.';
 
 LOCK TABLE streams.events IN ACCESS EXCLUSIVE MODE;
@@ -154,6 +179,140 @@ LOCK TABLE streams.event_log, streams.horizon_state, streams.commit_times, strea
 -- the rows of 0.2.0 read back with a null envelope and nothing is rewritten.
 ALTER TABLE streams.event_log ADD COLUMN type text COLLATE "C", ADD COLUMN key text COLLATE "C",
     ADD COLUMN headers jsonb;
+
+-- 8. The partitioned log (see streams.event_log in sql/streams.sql). The
+-- 0.2.0 table becomes its first partition as it is: renamed, then attached
+-- behind a validated constraint that proves its bound, so the attach
+-- scans nothing more and no row is copied or rewritten (its files stay).
+-- Its indexes stay its own (every partition has its own, none is the
+-- log's), its policy and statement trigger give way to the log's, and it
+-- leaves the extension, as every partition is a plain table pg_dump dumps
+-- with its rows.
+ALTER TABLE streams.event_log RENAME TO event_log_0;
+ALTER INDEX streams.event_log_pkey RENAME TO event_log_0_pkey;
+ALTER INDEX streams.event_log_stream_position RENAME TO event_log_0_stream_position;
+ALTER INDEX streams.event_log_tx RENAME TO event_log_0_tx;
+DROP POLICY readable ON streams.event_log_0;
+DROP TRIGGER event_log_immutable ON streams.event_log_0;
+ALTER EXTENSION litebase_streams DROP TABLE streams.event_log_0;
+
+CREATE TABLE streams.event_log (
+    position bigint NOT NULL,
+    stream   text COLLATE "C" NOT NULL,
+    tx       xid8 NOT NULL,
+    data     jsonb NOT NULL,
+    type     text COLLATE "C",
+    key      text COLLATE "C",
+    headers  jsonb
+) PARTITION BY RANGE (position);
+SELECT pg_catalog.pg_extension_config_dump('streams.event_log', '');
+CREATE TRIGGER event_log_immutable BEFORE UPDATE OR DELETE OR TRUNCATE ON streams.event_log
+    FOR EACH STATEMENT EXECUTE FUNCTION streams._refuse_change();
+ALTER TABLE streams.event_log ENABLE ALWAYS TRIGGER event_log_immutable;
+CREATE TRIGGER event_log_immutable_rows BEFORE UPDATE OR DELETE ON streams.event_log
+    FOR EACH ROW EXECUTE FUNCTION streams._refuse_change();
+ALTER TABLE streams.event_log ENABLE ALWAYS TRIGGER event_log_immutable_rows;
+-- Its policy is set in 1. below.
+ALTER TABLE streams.event_log ENABLE ROW LEVEL SECURITY;
+CREATE POLICY readable ON streams.event_log FOR SELECT USING (false);
+COMMENT ON TABLE streams.event_log IS 'Every event ever published, final or not; read streams.events instead.';
+
+-- The partition is read through the log only: nobody keeps a privilege on
+-- it (the readers' SELECT on the log comes back with the regrant of
+-- streams.grant's privileges below).
+REVOKE ALL ON streams.event_log FROM PUBLIC;
+DO $revoke$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT DISTINCT a.grantee::regrole::text AS grantee
+        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+        WHERE c.oid = 'streams.event_log_0'::regclass AND a.grantee <> c.relowner AND a.grantee <> 0
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON streams.event_log_0 FROM %s', r.grantee);
+    END LOOP;
+END
+$revoke$;
+REVOKE ALL ON streams.event_log_0 FROM PUBLIC;
+
+DO $attach$
+DECLARE
+    newest bigint := (SELECT CASE WHEN q.is_called THEN q.last_value ELSE q.last_value - 1 END FROM streams.position_seq q);
+    -- The end of the first partition: the next multiple of the default
+    -- partition size above every position handed out.
+    bound bigint := (newest / 1000000 + 1) * 1000000;
+BEGIN
+    EXECUTE pg_catalog.format('ALTER TABLE streams.event_log_0 ADD CONSTRAINT event_log_0_bound CHECK (position < %s)', bound);
+    EXECUTE pg_catalog.format('ALTER TABLE streams.event_log ATTACH PARTITION streams.event_log_0 FOR VALUES FROM (MINVALUE) TO (%s)', bound);
+    ALTER TABLE streams.event_log_0 DROP CONSTRAINT event_log_0_bound;
+END
+$attach$;
+
+-- How the log is stored (sql/storage.sql): the width of new partitions, the
+-- opt-in retention, and what retention removed last. At most one row (none:
+-- the defaults, nothing removed), changed only by streams.set_partition_size
+-- and streams.set_retention (the extension's owner) and by the worker. Not
+-- configuration settings: a setting per database is its owner's to change,
+-- and the worker trusts no setting of a database or a role.
+CREATE TABLE streams.storage_settings (
+    id             boolean PRIMARY KEY DEFAULT true CHECK (id),
+    partition_size bigint NOT NULL DEFAULT 1000000 CHECK (partition_size >= 10000),
+    retention_max_age interval CHECK (retention_max_age >= '0'),
+    retention_max_size bigint CHECK (retention_max_size > 0),
+    retention_overrides_consumers boolean NOT NULL DEFAULT false,
+    -- The first position retention kept (null: it never removed anything),
+    -- when, and the newest commit time and transaction of what it removed.
+    first_position bigint,
+    cut_at         timestamptz,
+    cut_time       timestamptz,
+    cut_tx         xid8
+);
+ALTER TABLE streams.storage_settings ENABLE ROW LEVEL SECURITY;
+CREATE POLICY readable ON streams.storage_settings FOR SELECT USING (true);
+SELECT pg_catalog.pg_extension_config_dump('streams.storage_settings', '');
+REVOKE ALL ON streams.storage_settings FROM PUBLIC;
+
+-- streams._retained(after, since, from_tx) -> boolean
+-- True when every event a read from these bounds asks for is still in the
+-- log, else SQLSTATE LS001 naming the first position retention kept: a read
+-- below the cut is an error, never a shorter answer. From a position: after
+-- at or past the first kept one less one. From a time: later than every
+-- removed event's commit time. From a transaction: newer than every removed
+-- event's (a transaction id is no position, so an older one may have events
+-- on both sides of the cut). Called by replay and get as a one-time test,
+-- after the statement locked the log. SECURITY DEFINER: it reads the cut's
+-- record, which streams.storage shows everyone anyway.
+CREATE FUNCTION streams._retained(after bigint, since timestamptz, from_tx xid8) RETURNS boolean
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    kept bigint := streams._first_position();
+    cut record;
+BEGIN
+    IF kept IS NULL OR coalesce(after, 0) >= kept - 1 THEN
+        RETURN true;
+    END IF;
+    SELECT s.cut_at, s.cut_time, s.cut_tx INTO cut FROM streams.storage_settings s;
+    IF (since IS NOT NULL AND since > cut.cut_time) OR (from_tx IS NOT NULL AND from_tx > cut.cut_tx) THEN
+        RETURN true;
+    END IF;
+    RAISE EXCEPTION 'streams: the events before position % were removed by retention%', kept,
+        coalesce(' at ' || cut.cut_at::text, '')
+        USING ERRCODE = 'LS001',
+              DETAIL = pg_catalog.format('The log holds the positions from %s on.', kept),
+              HINT = pg_catalog.format('Read from after => %s on (or seek a subscription there).', kept - 1);
+END
+$$;
+COMMENT ON FUNCTION streams._retained(bigint, timestamptz, xid8) IS 'Internal: true when a read from these bounds is whole, else LS001 (retention removed some of it).';
+
+-- streams.get(position bigint) -> streams.events
+-- One final event by position, or null if there is none (or not yet).
+CREATE OR REPLACE FUNCTION streams.get("position" bigint) RETURNS streams.events
+LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$
+    SELECT e.* FROM streams.events e
+    WHERE e.position = get."position" AND streams._retained(get."position" OPERATOR(pg_catalog.-) 1, NULL, NULL)
+$$;
+
 
 -- 1. Row-level security (sql/streams.sql, subscriptions.sql, webhooks.sql).
 ALTER TABLE streams.commit_times ENABLE ROW LEVEL SECURITY;
@@ -272,7 +431,8 @@ ALTER TABLE streams.subscription_state
     ADD COLUMN key_path text[],
     ADD COLUMN on_dead_letter text NOT NULL DEFAULT 'hold' CHECK (on_dead_letter IN ('hold', 'skip')),
     ADD COLUMN types text[],
-    ADD COLUMN filter jsonb;
+    ADD COLUMN filter jsonb,
+    ADD COLUMN lost_before bigint;
 -- How often each event was handed out and not yet settled (acked, parked,
 -- discarded): every event of the subscription in (low, high] was
 -- delivered `attempts` times, last to the backend with pid delivered_to
@@ -559,7 +719,8 @@ SELECT s.name, s.stream, s.ordered, s.owner,
        failures.next_retry_at,
        s.key,
        s.types,
-       s.filter
+       s.filter,
+       s.lost_before
 FROM streams.subscription_state s
 CROSS JOIN LATERAL (SELECT coalesce((SELECT hs.horizon FROM streams.horizon_state hs ORDER BY hs.horizon DESC LIMIT 1), 0) AS horizon) h
 LEFT JOIN LATERAL (
@@ -856,6 +1017,8 @@ LANGUAGE sql STABLE AS $$
     SELECT e.*
     FROM streams.events e
     WHERE streams._replay_check(replay.after, replay.since, replay.from_tx)
+      -- LS001 when retention removed some of what this asks for.
+      AND streams._retained(replay.after, replay.since, replay.from_tx)
       -- after => a position, or nothing: a constant the planner can estimate with.
       -- With since or from_tx, the later of after and their start (int8larger
       -- is strict: a start that names nothing final yet returns nothing).
@@ -904,6 +1067,7 @@ LANGUAGE sql STABLE AS $$
     WHERE e.tx = transaction_events.tx
       AND e.position > streams._replay_start(NULL, transaction_events.tx)
       AND streams._transaction_final(transaction_events.tx)
+      AND streams._retained(NULL, NULL, transaction_events.tx)
     ORDER BY e.position
 $$;
 
@@ -1607,3 +1771,330 @@ REVOKE EXECUTE ON FUNCTION streams.metrics(integer, integer), streams._worker_co
 GRANT SELECT ON streams.streams TO PUBLIC;
 GRANT USAGE ON SCHEMA streams TO pg_monitor;
 GRANT EXECUTE ON FUNCTION streams.metrics(integer, integer) TO pg_monitor;
+
+-- 8. Storage (sql/storage.sql, the same text).
+-- litebase_streams 0.3.0: how the log is stored. streams.event_log is
+-- partitioned by ranges of positions (sql/streams.sql); this file makes
+-- the partitions, lists them, moves old ones to another tablespace and sets
+-- the opt-in retention the worker applies (src/delivery/storage.rs).
+-- Loaded by CREATE EXTENSION and, byte for byte, by the 0.2.0 -> 0.3.0 step
+-- (tests/upgrade.rs compares).
+
+-- streams._storage() -> streams.storage_settings
+-- The storage settings row, or the defaults when there is none.
+CREATE FUNCTION streams._storage() RETURNS streams.storage_settings
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s streams.storage_settings;
+BEGIN
+    SELECT * INTO s FROM streams.storage_settings;
+    IF NOT FOUND THEN
+        -- The table's defaults.
+        s.id := true;
+        s.partition_size := 1000000;
+        s.retention_overrides_consumers := false;
+    END IF;
+    RETURN s;
+END
+$$;
+COMMENT ON FUNCTION streams._storage() IS 'Internal: the storage settings (partition size, retention, the last cut), defaults when unset.';
+
+-- streams._add_partition(position bigint) -> regclass
+-- Make the partition that holds `position`, unless one does: from the end
+-- of the partition below it (the start for the first) up to the next
+-- multiple of the partition size above it, or to the partition above it.
+-- Made empty with its indexes (primary key, (stream, position), BRIN on
+-- tx) and attached, which scans nothing and takes SHARE UPDATE EXCLUSIVE on
+-- the log: publishers and readers go on. Row-level security
+-- on and no policy: read it through streams.events. Called by the worker
+-- ahead of need, and by a publish that finds no partition for its position.
+-- SECURITY DEFINER: the partition belongs to the log's owner; not for PUBLIC.
+CREATE FUNCTION streams._add_partition("position" bigint) RETURNS regclass
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    size bigint := (streams._storage()).partition_size;
+    below bigint;
+    above bigint;
+    lower_bound bigint;
+    upper_bound bigint;
+    name text;
+    made regclass;
+BEGIN
+    -- One maker at a time (the attach would wait for the other anyway).
+    LOCK TABLE streams.event_log IN SHARE UPDATE EXCLUSIVE MODE;
+    SELECT b.partition INTO made FROM streams._partition_bounds() b
+    WHERE (b.first_position IS NULL OR b.first_position <= _add_partition."position")
+      AND _add_partition."position" < b.end_position;
+    IF made IS NOT NULL THEN
+        RETURN made;
+    END IF;
+    IF _add_partition."position" < streams._first_position() THEN
+        RAISE EXCEPTION 'streams: position % is below the first one the log keeps (%)',
+            _add_partition."position", streams._first_position()
+            USING ERRCODE = 'LS001';
+    END IF;
+    SELECT max(b.end_position) INTO below FROM streams._partition_bounds() b
+    WHERE b.end_position <= _add_partition."position";
+    SELECT min(b.first_position) INTO above FROM streams._partition_bounds() b
+    WHERE b.first_position > _add_partition."position";
+    lower_bound := below;
+    upper_bound := least((_add_partition."position" / size + 1) * size, above);
+    name := 'event_log_' || coalesce(lower_bound, 0);
+    EXECUTE pg_catalog.format(
+        'CREATE TABLE streams.%I (position bigint NOT NULL, stream text COLLATE "C" NOT NULL, tx xid8 NOT NULL,
+                                  data jsonb NOT NULL, type text COLLATE "C", key text COLLATE "C", headers jsonb,
+                                  CONSTRAINT %I PRIMARY KEY (position))',
+        name, name || '_pkey');
+    EXECUTE pg_catalog.format('CREATE INDEX %I ON streams.%I (stream, position)', name || '_stream_position', name);
+    -- See the operator class in sql/streams.sql: summarised by the worker.
+    EXECUTE pg_catalog.format('CREATE INDEX %I ON streams.%I USING brin (tx streams.xid8_minmax_ops)
+                               WITH (pages_per_range = 16, autosummarize = off)', name || '_tx', name);
+    EXECUTE pg_catalog.format('ALTER TABLE streams.%I ENABLE ROW LEVEL SECURITY', name);
+    EXECUTE pg_catalog.format('ALTER TABLE streams.event_log ATTACH PARTITION streams.%I FOR VALUES FROM (%s) TO (%s)',
+        name, coalesce(lower_bound::text, 'MINVALUE'), upper_bound);
+    RETURN pg_catalog.format('streams.%I', name)::regclass;
+END
+$$;
+COMMENT ON FUNCTION streams._add_partition(bigint) IS 'Internal: make the partition of streams.event_log that holds a position.';
+
+-- streams._add_removed_range(end_position bigint) -> void
+-- Make streams.event_log_removed, the empty partition of the positions
+-- retention removed, from the start up to end_position (the first one
+-- kept). A read of positions below the cut reaches it, since no plan prunes
+-- it away, and fails there (streams._retained) instead of coming back
+-- short. Called by the worker's retention, the log locked, after dropping
+-- the previous one. SECURITY DEFINER: it belongs to the log's owner; not
+-- for PUBLIC.
+CREATE FUNCTION streams._add_removed_range(end_position bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    CREATE TABLE streams.event_log_removed (position bigint NOT NULL, stream text COLLATE "C" NOT NULL,
+        tx xid8 NOT NULL, data jsonb NOT NULL, type text COLLATE "C", key text COLLATE "C", headers jsonb);
+    ALTER TABLE streams.event_log_removed ENABLE ROW LEVEL SECURITY;
+    EXECUTE pg_catalog.format('ALTER TABLE streams.event_log ATTACH PARTITION streams.event_log_removed
+                               FOR VALUES FROM (MINVALUE) TO (%s)', end_position);
+END
+$$;
+COMMENT ON FUNCTION streams._add_removed_range(bigint) IS 'Internal: the empty partition of the positions retention removed.';
+
+-- streams.set_partition_size(positions bigint) -> void
+-- How many positions each partition made from now on holds (default
+-- 1,000,000; at least 10,000). Existing partitions keep their bounds.
+CREATE FUNCTION streams.set_partition_size(positions bigint) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF positions IS NULL OR positions < 10000 THEN
+        RAISE EXCEPTION 'streams.set_partition_size: positions must be at least 10000, not %', coalesce(positions::text, 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO streams.storage_settings (partition_size) VALUES (positions)
+    ON CONFLICT (id) DO UPDATE SET partition_size = excluded.partition_size;
+END
+$$;
+COMMENT ON FUNCTION streams.set_partition_size(bigint) IS 'How many positions each new partition of the log holds (default 1,000,000).';
+
+-- streams.set_retention(max_age interval, max_size bigint, overrides_consumers boolean) -> void
+-- Opt-in retention (both null: off, the default; the log keeps everything).
+-- The worker drops whole partitions, oldest first, whose events are all
+-- older than max_age, or while the log is larger than max_size bytes; never
+-- the one that holds the newest position, one with events not final yet, or
+-- one holding an event a subscription (a webhook that is not disabled, a
+-- dead letter) has not passed, unless overrides_consumers: then such a
+-- subscription is marked lost_before the new first position instead.
+CREATE FUNCTION streams.set_retention(max_age interval DEFAULT NULL, max_size bigint DEFAULT NULL,
+                                      overrides_consumers boolean DEFAULT false) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF max_age < '0'::interval OR max_size <= 0 OR overrides_consumers IS NULL THEN
+        RAISE EXCEPTION 'streams.set_retention: max_age must not be negative, max_size must be positive, overrides_consumers not null'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO streams.storage_settings (retention_max_age, retention_max_size, retention_overrides_consumers)
+    VALUES (max_age, max_size, overrides_consumers)
+    ON CONFLICT (id) DO UPDATE SET retention_max_age = excluded.retention_max_age,
+        retention_max_size = excluded.retention_max_size,
+        retention_overrides_consumers = excluded.retention_overrides_consumers;
+END
+$$;
+COMMENT ON FUNCTION streams.set_retention(interval, bigint, boolean) IS 'Opt-in retention: drop whole partitions older than max_age or while the log exceeds max_size bytes, never past a consumer unless overrides_consumers (both null: off).';
+
+-- streams.storage: the storage settings and the last cut, for everyone
+-- (positions and times, no stream).
+CREATE VIEW streams.storage AS
+SELECT s.partition_size, s.retention_max_age, s.retention_max_size, s.retention_overrides_consumers,
+       streams._first_position() AS first_position, s.cut_at
+FROM streams._storage() s;
+COMMENT ON VIEW streams.storage IS 'Partition size, retention settings, the first position retention kept and when it last removed partitions.';
+COMMENT ON COLUMN streams.storage.first_position IS 'The first position the log holds: every lower one was removed by retention (null: nothing removed).';
+COMMENT ON COLUMN streams.storage.cut_at IS 'When retention last removed partitions (null: never).';
+
+-- streams._partition_info() -> table
+-- What streams.partitions shows. SECURITY DEFINER: it reads the ends of each
+-- partition (their first and last positions, through their primary keys)
+-- and their commit times, none of which names a stream.
+CREATE FUNCTION streams._partition_info()
+RETURNS TABLE (partition regclass, first_position bigint, end_position bigint, size bigint,
+               oldest_time timestamptz, newest_time timestamptz, tablespace name, state text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    b record;
+    newest bigint := (SELECT CASE WHEN q.is_called THEN q.last_value ELSE q.last_value - 1 END FROM streams.position_seq q);
+    low bigint;
+    high bigint;
+BEGIN
+    FOR b IN SELECT x.partition, x.first_position, x.end_position FROM streams._partition_bounds() x LOOP
+        EXECUTE pg_catalog.format('SELECT min(p.position), max(p.position) FROM %s p', b.partition) INTO low, high;
+        partition := b.partition;
+        first_position := b.first_position;
+        end_position := b.end_position;
+        size := pg_catalog.pg_total_relation_size(b.partition);
+        oldest_time := streams._commit_time(low);
+        newest_time := streams._commit_time(high);
+        tablespace := (SELECT t.spcname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_tablespace t ON t.oid = c.reltablespace
+                       WHERE c.oid = b.partition);
+        state := CASE WHEN b.first_position IS NULL AND b.end_position = streams._first_position() THEN 'removed'
+                      WHEN b.first_position > newest THEN 'ahead'
+                      WHEN b.end_position > newest THEN 'active'
+                      WHEN tablespace IS NOT NULL THEN 'archived'
+                      ELSE 'full' END;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION streams._partition_info() IS 'Internal: the rows of streams.partitions.';
+
+-- streams.partitions: the log's partitions in position order.
+CREATE VIEW streams.partitions AS
+SELECT * FROM streams._partition_info();
+COMMENT ON VIEW streams.partitions IS 'The partitions of the log: position range, size, commit times of their first and last events, tablespace, state (ahead, active, full, archived).';
+COMMENT ON COLUMN streams.partitions.first_position IS 'The lowest position it holds (null: from the start).';
+COMMENT ON COLUMN streams.partitions.end_position IS 'The position after the highest it holds.';
+COMMENT ON COLUMN streams.partitions.size IS 'Bytes on disk, indexes and TOAST included.';
+COMMENT ON COLUMN streams.partitions.oldest_time IS 'Commit time of its first final event (null: none).';
+COMMENT ON COLUMN streams.partitions.newest_time IS 'Commit time of its last final event (null: none).';
+COMMENT ON COLUMN streams.partitions.tablespace IS 'Its tablespace (null: the database''s default).';
+COMMENT ON COLUMN streams.partitions.state IS 'ahead: made for positions not handed out yet; active: holds the newest position; full: below it; archived: full and in another tablespace; removed: the empty place of the positions retention removed.';
+
+-- streams.archive(before_position bigint, tablespace name) -> integer
+-- streams.archive(older_than interval, tablespace name) -> integer
+-- Move the full partitions entirely at or below before_position (or whose
+-- newest event is older than older_than) with their indexes into
+-- `tablespace`; returns how many moved. Replay reads them as before. Each
+-- move rewrites the partition's files under an ACCESS EXCLUSIVE lock on it:
+-- readers of those positions wait meanwhile; publishers write elsewhere.
+-- For the log's owner (and superusers), who own the partitions.
+CREATE FUNCTION streams.archive(before_position bigint, tablespace name) RETURNS integer
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    p record;
+    i regclass;
+    moved integer := 0;
+BEGIN
+    IF before_position IS NULL OR tablespace IS NULL THEN
+        RAISE EXCEPTION 'streams.archive: before_position and tablespace must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_tablespace t WHERE t.spcname = archive.tablespace) THEN
+        RAISE EXCEPTION 'streams.archive: tablespace "%" does not exist', tablespace USING ERRCODE = 'undefined_object';
+    END IF;
+    FOR p IN SELECT x.partition FROM streams.partitions x
+             WHERE x.state IN ('full', 'archived') AND x.end_position <= before_position + 1
+               AND x.tablespace IS DISTINCT FROM archive.tablespace
+             ORDER BY x.first_position NULLS FIRST LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE %s SET TABLESPACE %I', p.partition, tablespace);
+        FOR i IN SELECT x.indexrelid::regclass FROM pg_catalog.pg_index x WHERE x.indrelid = p.partition LOOP
+            EXECUTE pg_catalog.format('ALTER INDEX %s SET TABLESPACE %I', i, tablespace);
+        END LOOP;
+        moved := moved + 1;
+    END LOOP;
+    RETURN moved;
+END
+$$;
+COMMENT ON FUNCTION streams.archive(bigint, name) IS 'Move the full partitions entirely at or below a position, with their indexes, to a tablespace; returns how many moved.';
+
+CREATE FUNCTION streams.archive(older_than interval, tablespace name) RETURNS integer
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF older_than IS NULL THEN
+        RAISE EXCEPTION 'streams.archive: older_than must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    RETURN streams.archive(
+        coalesce((SELECT max(x.end_position) - 1 FROM streams.partitions x
+                  WHERE x.state IN ('full', 'archived')
+                    AND x.newest_time < pg_catalog.now() - older_than
+                    AND NOT EXISTS (SELECT FROM streams.partitions y
+                                    WHERE y.state IN ('full', 'archived') AND y.end_position <= x.end_position
+                                      AND (y.newest_time IS NULL OR y.newest_time >= pg_catalog.now() - older_than))),
+                 0),
+        tablespace);
+END
+$$;
+COMMENT ON FUNCTION streams.archive(interval, name) IS 'Move the full partitions whose newest event is older than an interval, with their indexes, to a tablespace; returns how many moved.';
+
+-- streams._retention_due() -> table (partition, end_position, held, newest_time)
+-- What retention would drop now, oldest first: the full partitions (below
+-- the active one, every event final) that are due by age or by size, each
+-- with whether a consumer still needs it (held). The worker drops them in
+-- order and stops at the first held one, unless overrides_consumers.
+CREATE FUNCTION streams._retention_due()
+RETURNS TABLE (partition regclass, end_position bigint, held boolean, newest_time timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s streams.storage_settings := streams._storage();
+    total bigint;
+    p record;
+    horizon bigint := streams.horizon();
+    needed bigint;
+BEGIN
+    IF s.retention_max_age IS NULL AND s.retention_max_size IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT sum(x.size) INTO total FROM streams.partitions x;
+    -- The lowest position some consumer has not passed: a subscription's
+    -- (a webhook's, unless disabled) and every dead letter's.
+    needed := least(
+        (SELECT min(t.position) + 1 FROM streams.subscription_state t
+         WHERE NOT EXISTS (SELECT FROM streams.webhook_state w WHERE w.subscription = t.id AND w.disabled_at IS NOT NULL)),
+        (SELECT min(f.position) FROM streams.subscription_failures f WHERE NOT f.discarded));
+    FOR p IN SELECT x.partition, x.end_position, x.size, x.newest_time FROM streams.partitions x
+             WHERE x.state IN ('full', 'archived') AND x.end_position <= horizon + 1
+             ORDER BY x.first_position NULLS FIRST LOOP
+        EXIT WHEN NOT ((s.retention_max_age IS NOT NULL AND p.newest_time < pg_catalog.now() - s.retention_max_age)
+                       OR (s.retention_max_size IS NOT NULL AND total > s.retention_max_size));
+        partition := p.partition;
+        end_position := p.end_position;
+        held := needed IS NOT NULL AND needed < p.end_position;
+        newest_time := p.newest_time;
+        total := total - p.size;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION streams._retention_due() IS 'Internal: the partitions retention would drop now, oldest first, and whether a consumer still needs each.';
+
+-- streams._subscription_lost(subscription text, first_position bigint) -> void
+-- LS001 for a poll of a subscription that retention, told to override
+-- consumers, cut below: events it had not processed are gone.
+CREATE FUNCTION streams._subscription_lost(subscription text, first_position bigint) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION 'streams: retention removed events subscription "%" had not processed', subscription
+        USING ERRCODE = 'LS001',
+              DETAIL = pg_catalog.format('The log holds the positions from %s on.', first_position),
+              HINT = pg_catalog.format('Seek it to a kept position: streams.seek(%L, after => %s) or later.', subscription, first_position - 1);
+END
+$$;
+COMMENT ON FUNCTION streams._subscription_lost(text, bigint) IS 'Internal: LS001 for a subscription whose unprocessed events retention removed.';
+
+COMMENT ON COLUMN streams.subscriptions.lost_before IS 'Retention, told to override consumers, removed events it had not processed: the first position it kept (null: none lost). Polls fail with LS001 until a seek.';
+COMMENT ON TABLE streams.storage_settings IS 'The storage settings (partition size, retention) and what retention removed last; read streams.storage.';
+
+REVOKE EXECUTE ON FUNCTION streams._partition_bounds(), streams._first_position(),
+    streams._retained(bigint, timestamptz, xid8), streams._storage(), streams._add_partition(bigint),
+    streams._add_removed_range(bigint), streams.set_partition_size(bigint),
+    streams.set_retention(interval, bigint, boolean), streams._partition_info(), streams.archive(bigint, name),
+    streams.archive(interval, name), streams._retention_due(), streams._subscription_lost(text, bigint) FROM PUBLIC;
+GRANT SELECT ON streams.storage TO PUBLIC;
+GRANT EXECUTE ON FUNCTION streams._retained(bigint, timestamptz, xid8), streams._first_position(),
+    streams._partition_bounds(), streams._storage(), streams._subscription_lost(text, bigint) TO PUBLIC;
+GRANT SELECT ON streams.partitions TO pg_monitor;
+GRANT EXECUTE ON FUNCTION streams._partition_info() TO pg_monitor;

@@ -20,18 +20,29 @@ CREATE SEQUENCE streams.position_seq AS bigint CACHE 1 NO CYCLE;
 -- headers: the optional envelope (src/log/envelope.rs checks them); null
 -- when not given, which costs a row nothing (the null bitmap fits in the
 -- padding of the tuple header).
+-- Partitioned by ranges of positions (streams.partitions, sql/storage.sql):
+-- the worker makes partitions ahead of need, archive moves whole ones to
+-- another tablespace, and opt-in retention drops whole ones, which is how
+-- storage is bounded without deleting a row. The partitions are plain
+-- tables of this schema, not members of the extension, so that pg_dump
+-- dumps them with their rows (a fresh CREATE EXTENSION has none; the first
+-- publish makes the first).
 CREATE TABLE streams.event_log (
-    position bigint PRIMARY KEY,
+    position bigint NOT NULL,
     stream   text COLLATE "C" NOT NULL,
     tx       xid8 NOT NULL,
     data     jsonb NOT NULL,
     type     text COLLATE "C",
     key      text COLLATE "C",
     headers  jsonb
-);
-CREATE INDEX event_log_stream_position ON streams.event_log (stream, position);
+) PARTITION BY RANGE (position);
+-- Its indexes are each partition's own (streams._add_partition makes them:
+-- the primary key on position, (stream, position) and a BRIN on tx), not
+-- the log's: pg_dump then restores a partition's indexes with it, where an
+-- index of the log would make a second one on the partition it attaches.
+-- Positions are unique across partitions since their ranges are disjoint.
 
--- Lookups by tx use a BRIN index: transaction ids grow with positions, so a
+-- Lookups by tx use a BRIN index (on each partition): transaction ids grow with positions, so a
 -- block range summary finds a transaction's events for a few dozen bytes per
 -- million events, and publishers pay nothing for it at insert time. New
 -- ranges are summarised by the worker every few seconds (autosummarize would
@@ -44,8 +55,6 @@ CREATE OPERATOR CLASS streams.xid8_minmax_ops FOR TYPE xid8 USING brin AS
     FUNCTION 2 pg_catalog.brin_minmax_add_value(internal, internal, internal, internal),
     FUNCTION 3 pg_catalog.brin_minmax_consistent(internal, internal, internal),
     FUNCTION 4 pg_catalog.brin_minmax_union(internal, internal, internal);
-CREATE INDEX event_log_tx ON streams.event_log USING brin (tx streams.xid8_minmax_ops)
-    WITH (pages_per_range = 16, autosummarize = off);
 
 -- The commit time of every final event, by position: one row per stretch of
 -- positions (a worker round, later merged into rows of up to 4,096
@@ -134,6 +143,48 @@ SELECT pg_catalog.pg_extension_config_dump('streams.commit_times', '');
 SELECT pg_catalog.pg_extension_config_dump('streams.horizon_state', '');
 SELECT pg_catalog.pg_extension_config_dump('streams.position_seq', '');
 
+-- How the log is stored (sql/storage.sql): the width of new partitions, the
+-- opt-in retention, and what retention removed last. At most one row (none:
+-- the defaults, nothing removed), changed only by streams.set_partition_size
+-- and streams.set_retention (the extension's owner) and by the worker. Not
+-- configuration settings: a setting per database is its owner's to change,
+-- and the worker trusts no setting of a database or a role.
+CREATE TABLE streams.storage_settings (
+    id             boolean PRIMARY KEY DEFAULT true CHECK (id),
+    partition_size bigint NOT NULL DEFAULT 1000000 CHECK (partition_size >= 10000),
+    retention_max_age interval CHECK (retention_max_age >= '0'),
+    retention_max_size bigint CHECK (retention_max_size > 0),
+    retention_overrides_consumers boolean NOT NULL DEFAULT false,
+    -- The first position retention kept (null: it never removed anything),
+    -- when, and the newest commit time and transaction of what it removed.
+    first_position bigint,
+    cut_at         timestamptz,
+    cut_time       timestamptz,
+    cut_tx         xid8
+);
+ALTER TABLE streams.storage_settings ENABLE ROW LEVEL SECURITY;
+CREATE POLICY readable ON streams.storage_settings FOR SELECT USING (true);
+SELECT pg_catalog.pg_extension_config_dump('streams.storage_settings', '');
+
+-- streams._partition_bounds() -> table (partition, first_position, end_position)
+-- The log's partitions in position order, from the relation cache: each
+-- holds [first_position, end_position); first_position null: from the start.
+CREATE FUNCTION streams._partition_bounds()
+RETURNS TABLE (partition regclass, first_position bigint, end_position bigint)
+LANGUAGE c STABLE AS 'MODULE_PATHNAME', '_partition_bounds_wrapper';
+COMMENT ON FUNCTION streams._partition_bounds() IS 'Internal: the log''s partitions and their bounds, in position order.';
+
+-- streams._first_position() -> bigint
+-- The first position the log still holds after retention removed partitions
+-- below it (null: nothing was removed): the end of streams.event_log_removed,
+-- the empty partition that takes the removed positions' place. From the
+-- catalog, under a lock on the log held to the end of the transaction: a
+-- partition is dropped only under a lock that waits for every reader of the
+-- log, so what a reader reads after calling this is whole.
+CREATE FUNCTION streams._first_position() RETURNS bigint
+LANGUAGE c STABLE AS 'MODULE_PATHNAME', '_first_position_wrapper';
+COMMENT ON FUNCTION streams._first_position() IS 'Internal: the first position retention kept (null: nothing removed).';
+
 -- Immutability: UPDATE, DELETE and TRUNCATE of stored events fail for
 -- everyone, owner and superusers included (ENABLE ALWAYS: also under
 -- session_replication_role = replica). The one exception is the UPDATE of
@@ -146,6 +197,14 @@ COMMENT ON FUNCTION streams._refuse_change() IS 'Trigger: refuses UPDATE, DELETE
 CREATE TRIGGER event_log_immutable BEFORE UPDATE OR DELETE OR TRUNCATE ON streams.event_log
     FOR EACH STATEMENT EXECUTE FUNCTION streams._refuse_change();
 ALTER TABLE streams.event_log ENABLE ALWAYS TRIGGER event_log_immutable;
+-- A statement on a partition itself fires the partition's triggers, not the
+-- log's: this row trigger is cloned onto every partition, also one an
+-- operator attaches, ENABLE ALWAYS included. TRUNCATE, DROP and DETACH of a
+-- partition are refused by the extension's ProcessUtility hook
+-- (src/hooks/partitions.rs).
+CREATE TRIGGER event_log_immutable_rows BEFORE UPDATE OR DELETE ON streams.event_log
+    FOR EACH ROW EXECUTE FUNCTION streams._refuse_change();
+ALTER TABLE streams.event_log ENABLE ALWAYS TRIGGER event_log_immutable_rows;
 
 -- Commit times change for nobody either. Only the database's worker deletes
 -- rows: when it merges short rows into one (the times stay the same).
@@ -376,11 +435,44 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp A
 $$;
 COMMENT ON FUNCTION streams.stream_head(text) IS 'The position of a stream''s newest final event (0: none): the expected_prev of the next append.';
 
+-- streams._retained(after, since, from_tx) -> boolean
+-- True when every event a read from these bounds asks for is still in the
+-- log, else SQLSTATE LS001 naming the first position retention kept: a read
+-- below the cut is an error, never a shorter answer. From a position: after
+-- at or past the first kept one less one. From a time: later than every
+-- removed event's commit time. From a transaction: newer than every removed
+-- event's (a transaction id is no position, so an older one may have events
+-- on both sides of the cut). Called by replay and get as a one-time test,
+-- after the statement locked the log. SECURITY DEFINER: it reads the cut's
+-- record, which streams.storage shows everyone anyway.
+CREATE FUNCTION streams._retained(after bigint, since timestamptz, from_tx xid8) RETURNS boolean
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    kept bigint := streams._first_position();
+    cut record;
+BEGIN
+    IF kept IS NULL OR coalesce(after, 0) >= kept - 1 THEN
+        RETURN true;
+    END IF;
+    SELECT s.cut_at, s.cut_time, s.cut_tx INTO cut FROM streams.storage_settings s;
+    IF (since IS NOT NULL AND since > cut.cut_time) OR (from_tx IS NOT NULL AND from_tx > cut.cut_tx) THEN
+        RETURN true;
+    END IF;
+    RAISE EXCEPTION 'streams: the events before position % were removed by retention%', kept,
+        coalesce(' at ' || cut.cut_at::text, '')
+        USING ERRCODE = 'LS001',
+              DETAIL = pg_catalog.format('The log holds the positions from %s on.', kept),
+              HINT = pg_catalog.format('Read from after => %s on (or seek a subscription there).', kept - 1);
+END
+$$;
+COMMENT ON FUNCTION streams._retained(bigint, timestamptz, xid8) IS 'Internal: true when a read from these bounds is whole, else LS001 (retention removed some of it).';
+
 -- streams.get(position bigint) -> streams.events
 -- One final event by position, or null if there is none (or not yet).
 CREATE FUNCTION streams.get("position" bigint) RETURNS streams.events
 LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$
-    SELECT e.* FROM streams.events e WHERE e.position = get."position"
+    SELECT e.* FROM streams.events e
+    WHERE e.position = get."position" AND streams._retained(get."position" OPERATOR(pg_catalog.-) 1, NULL, NULL)
 $$;
 
 -- streams._event_json(position, stream, time, tx, type, key, headers, data) -> json
@@ -513,6 +605,8 @@ LANGUAGE sql STABLE AS $$
     SELECT e.*
     FROM streams.events e
     WHERE streams._replay_check(replay.after, replay.since, replay.from_tx)
+      -- LS001 when retention removed some of what this asks for.
+      AND streams._retained(replay.after, replay.since, replay.from_tx)
       -- after => a position, or nothing: a constant the planner can estimate with.
       -- With since or from_tx, the later of after and their start (int8larger
       -- is strict: a start that names nothing final yet returns nothing).
@@ -561,6 +655,7 @@ LANGUAGE sql STABLE AS $$
     WHERE e.tx = transaction_events.tx
       AND e.position > streams._replay_start(NULL, transaction_events.tx)
       AND streams._transaction_final(transaction_events.tx)
+      AND streams._retained(NULL, NULL, transaction_events.tx)
     ORDER BY e.position
 $$;
 
@@ -809,11 +904,13 @@ SELECT coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizo
             WHEN a.state LIKE 'idle in transaction%' THEN 'its client: idle in transaction'
             WHEN a.wait_event IS NOT NULL THEN pg_catalog.concat(a.wait_event_type, ': ', a.wait_event)
             ELSE 'its own work: running'
-       END AS holder_waits_for
+       END AS holder_waits_for,
+       streams._first_position() AS first_position
 FROM streams._worker_status() w
 LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = w.holder_pid;
 
 COMMENT ON VIEW streams.status IS 'Horizon, newest position, worker state and lag, notification state, log identity, and what holds the horizon back.';
+COMMENT ON COLUMN streams.status.first_position IS 'The first position retention kept: every lower one was removed (null: nothing removed).';
 COMMENT ON COLUMN streams.status.holder_waits_for IS 'What the transaction holding the horizon back waits for: synchronous replication (committed locally; hold_timeout never ends it), its client (idle in transaction), or a wait event.';
 
 -- Descriptions of what the sections above do not comment on already.

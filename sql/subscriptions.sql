@@ -42,6 +42,9 @@ CREATE TABLE streams.subscription_state (
     -- contains `filter` (NULL: no such condition).
     types       text[],
     filter      jsonb,
+    -- Retention, told to override consumers, removed events it had not
+    -- processed: the first position it kept. Polls fail (LS001) until a seek.
+    lost_before bigint,
     UNIQUE (name, owner)
 );
 CREATE SEQUENCE streams.subscription_ids AS integer OWNED BY streams.subscription_state.id;
@@ -428,7 +431,8 @@ SELECT s.name, s.stream, s.ordered, s.owner,
        failures.next_retry_at,
        s.key,
        s.types,
-       s.filter
+       s.filter,
+       s.lost_before
 FROM streams.subscription_state s
 CROSS JOIN LATERAL (SELECT coalesce((SELECT hs.horizon FROM streams.horizon_state hs ORDER BY hs.horizon DESC LIMIT 1), 0) AS horizon) h
 LEFT JOIN LATERAL (

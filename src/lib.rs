@@ -16,7 +16,7 @@
 //! * webhooks/: events POSTed to HTTP endpoints, signed, by a worker of their own;
 //! * utility.rs: keeps DROP DATABASE working;
 //! * sql/: the tables, views and SQL functions users see (streams.sql, subscriptions.sql,
-//!   webhooks.sql, capture.sql, redaction.sql, metrics.sql, then finish.sql: privileges and
+//!   webhooks.sql, capture.sql, redaction.sql, metrics.sql, storage.sql, then finish.sql: privileges and
 //!   the worker).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,6 +63,7 @@ extension_sql_file!(
     name = "metrics",
     requires = ["redaction", delivery::status::_worker_counters]
 );
+extension_sql_file!("../sql/storage.sql", name = "storage", requires = ["metrics"]);
 extension_sql_file!("../sql/finish.sql", name = "finish", finalize);
 
 /// Set when `_PG_init` ran from `shared_preload_libraries` (inherited by every

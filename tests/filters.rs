@@ -105,7 +105,7 @@ fn a_filtered_one_stream_replay_scans_the_stream_index() {
             .collect();
         let plan = plan.join("\n");
         assert!(
-            plan.contains("event_log_stream_position") && plan.contains(index_cond) && !plan.contains("Seq Scan"),
+            plan.contains("_stream_position on event_log_") && plan.contains(index_cond) && !plan.contains("Seq Scan"),
             "{what}: a filtered replay scans the (stream, position) index:\n{plan}"
         );
     }

@@ -19,9 +19,12 @@ pub(super) const SUMMARY_INTERVAL: Duration = Duration::from_secs(5);
 /// autovacuum requests overflow their queue and flood the server log). A
 /// failure is logged and retried at the next interval.
 pub(super) fn summarize_new_ranges() {
+    // The partitions' indexes (relkind 'i'): the log's own is partitioned
+    // ('I') and holds no ranges.
     const SUMMARIZE: &str = "SELECT pg_catalog.brin_summarize_new_values(i.oid)
         FROM pg_catalog.pg_class i
-        WHERE i.relnamespace = 'streams'::pg_catalog.regnamespace AND i.relam = (SELECT a.oid FROM pg_catalog.pg_am a WHERE a.amname = 'brin')";
+        WHERE i.relnamespace = 'streams'::pg_catalog.regnamespace AND i.relkind = 'i'
+          AND i.relam = (SELECT a.oid FROM pg_catalog.pg_am a WHERE a.amname = 'brin')";
     let result = attempt(|| {
         // Only the extension's own indexes: summarising runs index
         // expressions, and the worker is a superuser.

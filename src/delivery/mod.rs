@@ -21,5 +21,6 @@ mod plans;
 pub mod round;
 pub mod runtime;
 pub mod status;
+mod storage;
 mod stream_stats;
 pub mod worker;

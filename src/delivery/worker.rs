@@ -37,6 +37,7 @@ use super::runtime::{
     attempt, extension_installed, in_transaction, left_for_a_dropped_database, pin_session_settings,
     shutdown_requested, warn_failed, Failure,
 };
+use super::storage;
 use super::stream_stats::{count_new_events, Counted, CATCH_UP_PAUSE, STATS_INTERVAL};
 use crate::gucs;
 use crate::shmem::{self, Attach, DbEntry, NotifyState, Server, WorkerState};
@@ -161,6 +162,8 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
     let mut notify_failures = 0u32;
     let mut next_notify = std::time::Instant::now();
     let mut next_summary = std::time::Instant::now() + SUMMARY_INTERVAL;
+    // The newest position at which the next partition is due (storage.rs).
+    let mut partitions_ahead_from = 0i64;
     let mut compacted = crate::log::commit_times::Compacted::default();
     let mut next_stats = std::time::Instant::now();
     // Where the per-stream counts stand, and whether a pass ran out of time.
@@ -236,12 +239,19 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                 if !split {
                     entry.delivered.store(delivered as u64, Ordering::Relaxed);
                 }
+                // Partitions ahead of the publishers: as soon as the newest
+                // position passes the mark, not only at the interval.
+                if newest >= partitions_ahead_from {
+                    partitions_ahead_from = storage::make_partitions_ahead().unwrap_or(i64::MAX);
+                }
                 // Also between the rounds of a long backlog, not only when idle.
                 if std::time::Instant::now() >= next_summary {
                     next_summary = std::time::Instant::now() + SUMMARY_INTERVAL;
                     summarize_new_ranges();
                     compact_commit_times(&mut compacted);
                     forget_idempotency_keys();
+                    partitions_ahead_from = storage::make_partitions_ahead().unwrap_or(i64::MAX);
+                    storage::apply_retention();
                     start_webhook_worker(db);
                 }
                 if std::time::Instant::now() >= next_stats {

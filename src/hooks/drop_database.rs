@@ -111,9 +111,13 @@ unsafe extern "C-unwind" fn process_utility(
     if call.is_lock() {
         refuse_locks_of_streams(&call);
     }
+    let attached = super::partitions::check((*pstmt).utilityStmt);
     match call.dropped_database() {
         Some(db) => drop_database(&call, db),
         None => call.next(),
+    }
+    if !attached.is_null() {
+        super::partitions::after_attach(attached);
     }
 }
 

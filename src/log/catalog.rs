@@ -68,13 +68,22 @@ pub(crate) fn extension_log() -> Option<pg_sys::Oid> {
             let schema = pg_sys::get_namespace_oid(c"streams".as_ptr(), true);
             pg_sys::get_relname_relid(c"event_log".as_ptr(), schema)
         };
-        let log = lookup();
-        if log == pg_sys::InvalidOid {
-            return None;
+        let mut log = lookup();
+        // Taking the lock reads the invalidations: a drop that committed
+        // before it shows now, and so does a log made anew under the name
+        // (the 0.3.0 update makes the partitioned log and attaches the old
+        // table to it), whose lock is then taken in turn.
+        for _ in 0..3 {
+            if log == pg_sys::InvalidOid {
+                return None;
+            }
+            pg_sys::LockRelationOid(log, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            let now = lookup();
+            if now == log {
+                break;
+            }
+            log = now;
         }
-        pg_sys::LockRelationOid(log, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        // Taking the lock read the invalidations: a drop that committed
-        // before it shows now.
         if lookup() != log {
             return None;
         }

@@ -15,6 +15,7 @@
 use pgrx::pg_sys;
 
 use crate::error::StreamsError;
+use crate::log::partitions;
 use litebase_streams_core::keys::stream_lock_name;
 
 /// `locktag_field4` of stream locks: none of PostgreSQL's advisory lock
@@ -95,8 +96,7 @@ pub(crate) unsafe fn check(
     duplicate: impl FnOnce() -> Option<Vec<i64>>,
 ) -> Option<Vec<i64>> {
     lock_stream(stream);
-    let index = stream_index(log);
-    let actual = newest_position(log, index, stream_datum);
+    let actual = newest_in_log(log, stream_datum);
     if actual == expected {
         return None;
     }
@@ -106,7 +106,29 @@ pub(crate) unsafe fn check(
     StreamsError::UnexpectedPrev { stream: stream.to_owned(), expected, actual }.raise()
 }
 
-/// The OID of `streams.event_log_stream_position`.
+/// The newest position of `stream` in the log `log`, committed or not
+/// (0: none): in a partitioned log, from the highest partition down, each
+/// through its own (stream, position) index, stopping at the first that
+/// has one.
+///
+/// # Safety
+/// SAFETY: as [`newest_position`].
+unsafe fn newest_in_log(log: pg_sys::Oid, stream: pg_sys::Datum) -> i64 {
+    if !partitions::is_partitioned(log) {
+        return newest_position(log, stream_index(log), stream);
+    }
+    for partition in partitions::of_table(log).iter().rev() {
+        let Some(index) = stream_index_of(partition.oid) else { continue };
+        let newest = newest_position(partition.oid, index, stream);
+        if newest != 0 {
+            return newest;
+        }
+    }
+    0
+}
+
+/// The OID of `streams.event_log_stream_position` (a 0.2.0 log, not
+/// partitioned yet).
 ///
 /// # Safety
 /// SAFETY: a catalog lookup inside a transaction.
@@ -117,4 +139,30 @@ unsafe fn stream_index(log: pg_sys::Oid) -> pg_sys::Oid {
         StreamsError::MissingObject("index streams.event_log_stream_position").raise();
     }
     index
+}
+
+/// The btree index on (stream, position) of the partition `table`, if it
+/// has one (a partition an operator attached may not).
+///
+/// # Safety
+/// SAFETY: inside a transaction that holds a lock on `table`'s parent.
+unsafe fn stream_index_of(table: pg_sys::Oid) -> Option<pg_sys::Oid> {
+    let rel = pg_sys::table_open(table, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+    let indexes = pgrx::PgList::<std::ffi::c_void>::from_pg(pg_sys::RelationGetIndexList(rel));
+    let mut found = None;
+    for i in 0..indexes.len() {
+        let index = pg_sys::Oid::from(indexes.get_oid(i).map_or(0, u32::from));
+        let irel = pg_sys::index_open(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let form = &*(*irel).rd_index;
+        let keys = form.indkey.values.as_slice(form.indnkeyatts as usize);
+        let btree = (*(*irel).rd_rel).relam == pg_sys::BTREE_AM_OID;
+        pg_sys::index_close(irel, pg_sys::NoLock as pg_sys::LOCKMODE);
+        // Both key columns plain (an expression's attnum is 0).
+        if btree && keys == [2, 1] {
+            found = Some(index);
+            break;
+        }
+    }
+    pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+    found
 }

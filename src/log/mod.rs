@@ -17,6 +17,7 @@ pub mod expected;
 pub mod hold;
 pub mod idempotency;
 pub mod kept_plan;
+pub mod partitions;
 pub mod privileges;
 pub mod publish;
 pub mod redact;

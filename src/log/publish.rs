@@ -26,6 +26,7 @@ use crate::log::announce::next_position;
 use crate::log::append::{Appender, Row};
 use crate::log::envelope::Envelope;
 use crate::log::kept_plan::{spi, KeptPlan};
+use crate::log::partitions;
 use crate::log::privileges;
 use crate::log::{expected, idempotency};
 use litebase_streams_core::envelope;
@@ -420,25 +421,35 @@ fn current_tx() -> pg_sys::Datum {
 /// ERROR's (sub)transaction abort restores the user id, SPI and what the appender opened.
 unsafe fn write_as_owner(sequence: pg_sys::Oid, rows: impl Iterator<Item = Row>, insert: impl FnOnce()) {
     let (owner, log) = log_owner_and_table(sequence);
-    privileges::as_owner(owner, || match Appender::open(log) {
-        Some(mut appender) => {
-            let mut rows = rows.peekable();
-            if !appender.has_envelope() && rows.peek().is_some_and(|row| row[4..].iter().any(Option::is_some)) {
-                appender.close();
-                StreamsError::MissingObject(
-                    "the envelope columns of streams.event_log (ALTER EXTENSION litebase_streams UPDATE)",
-                )
-                .raise();
-            }
-            for row in rows {
-                appender.append(row);
-            }
-            appender.close();
+    let rows: Vec<Row> = rows.collect();
+    let positions = rows.iter().filter_map(|row| row[0]).map(|p| p.value() as i64);
+    let (low, high) = positions.fold((i64::MAX, i64::MIN), |(low, high), p| (low.min(p), high.max(p)));
+    if low > high {
+        return;
+    }
+    privileges::as_owner(owner, || {
+        if partitions::is_partitioned(log) {
+            partitions::ensure_holding(log, low, high);
         }
-        None => {
-            spi::connect();
-            insert();
-            spi::finish();
+        match Appender::open(log, low, high) {
+            Some(mut appender) => {
+                if !appender.has_envelope() && rows.iter().any(|row| row[4..].iter().any(Option::is_some)) {
+                    appender.close();
+                    StreamsError::MissingObject(
+                        "the envelope columns of streams.event_log (ALTER EXTENSION litebase_streams UPDATE)",
+                    )
+                    .raise();
+                }
+                for row in rows {
+                    appender.append(row);
+                }
+                appender.close();
+            }
+            None => {
+                spi::connect();
+                insert();
+                spi::finish();
+            }
         }
     });
 }

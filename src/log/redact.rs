@@ -33,7 +33,9 @@ thread_local! {
 }
 
 /// `streams._refuse_change() → trigger`, BEFORE UPDATE OR DELETE OR
-/// TRUNCATE ... FOR EACH STATEMENT on `streams.event_log` (ENABLE ALWAYS).
+/// TRUNCATE ... FOR EACH STATEMENT on `streams.event_log`, and BEFORE UPDATE
+/// OR DELETE ... FOR EACH ROW on it, which every partition inherits (both
+/// ENABLE ALWAYS).
 ///
 /// # Safety
 /// SAFETY: fmgr calls it; `fcinfo->context` is checked to be a TriggerData before it is read.
@@ -62,6 +64,11 @@ pub unsafe extern "C-unwind" fn litebase_streams_refuse_change(fcinfo: pg_sys::F
         ("a call", "streams.event_log".to_owned())
     };
     if operation == "UPDATE" && REDACTING.with(|r| r.get()) {
+        // FOR EACH ROW (the trigger each partition has): the new row goes on.
+        let data = context as *const pg_sys::TriggerData;
+        if ((*data).tg_event & pg_sys::TRIGGER_EVENT_ROW) != 0 {
+            return pg_sys::Datum::from((*data).tg_newtuple);
+        }
         return pg_sys::Datum::from(0);
     }
     StreamsError::ImmutableEvents { operation, table }.raise()

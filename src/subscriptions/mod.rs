@@ -91,6 +91,9 @@ pub(crate) struct Subscription {
     max_attempts: Option<i32>,
     backoff_min_us: i64,
     backoff_max_us: i64,
+    /// Retention removed events it had not processed (overrides_consumers):
+    /// the first position kept then. Polls fail (LS001) until a seek.
+    lost_before: Option<i64>,
 }
 
 impl Subscription {
@@ -190,11 +193,24 @@ fn _seek_subscription(name: Option<&str>, start: Option<i64>) {
     let subscription = open(name);
     claims::lock_exclusively(subscription.id);
     as_owner(|client| {
-        client.update_kept(
-            "UPDATE streams.subscription_state SET position = $2 WHERE id = $1",
-            None,
-            &[subscription.id.into(), start.into()],
-        )?;
+        if tracks_attempts() {
+            client.update_kept(
+                "UPDATE streams.subscription_state SET position = $2, lost_before = NULL WHERE id = $1",
+                None,
+                &[subscription.id.into(), start.into()],
+            )?;
+            // LS001 below the first position retention kept. Checked with
+            // the log locked (lock_for_reading, above): retention drops a
+            // partition only after taking a lock that waits for this
+            // transaction, and then sees the new position.
+            client.select("SELECT streams._retained($1, NULL, NULL)", None, &[start.into()])?;
+        } else {
+            client.update_kept(
+                "UPDATE streams.subscription_state SET position = $2 WHERE id = $1",
+                None,
+                &[subscription.id.into(), start.into()],
+            )?;
+        }
         client.update_kept(
             "DELETE FROM streams.subscription_progress WHERE subscription = $1",
             None,
@@ -309,6 +325,9 @@ fn claim(
     let wait = wait_duration(&wait, "wait").or_raise();
     let subscription = open(name);
     refuse_webhook(&subscription);
+    if let Some(first) = subscription.lost_before {
+        raise_lost(&subscription.name, first);
+    }
     check_read_coverage(&subscription.name, &subscription.stream);
     if lease.is_some() && (!subscription.ordered || subscription.key_path.is_some()) {
         StreamsError::NeedsOrdered { function: "streams.poll(lease => ...)", subscription: subscription.name }.raise();
@@ -471,6 +490,16 @@ pub(super) fn open(name: &str) -> Subscription {
     subscription
 }
 
+/// LS001: retention removed events of `name` it had not processed (it
+/// was told to, with overrides_consumers); the first position it kept is
+/// `first`. Raised by streams._subscription_lost, whose SQLSTATE is the
+/// extension's own.
+fn raise_lost(name: &str, first: i64) -> ! {
+    Spi::run_with_args("SELECT streams._subscription_lost($1, $2)", &[name.into(), first.into()])
+        .context("reporting events removed by retention");
+    StreamsError::MissingObject("function streams._subscription_lost").raise()
+}
+
 /// A webhook's subscription is consumed by the webhook worker alone: a
 /// poll or ack of its own would take events from it.
 pub(super) fn refuse_webhook(subscription: &Subscription) {
@@ -508,6 +537,7 @@ pub(crate) fn find(name: &str) -> Option<Subscription> {
         max_attempts: first.max_attempts,
         backoff_min_us: first.backoff_min_us,
         backoff_max_us: first.backoff_max_us,
+        lost_before: first.lost_before,
     })
 }
 
@@ -526,6 +556,7 @@ struct Named {
     backoff_min_us: i64,
     backoff_max_us: i64,
     filter: EventFilter,
+    lost_before: Option<i64>,
     /// The caller owns it.
     own: bool,
     /// The caller has the privileges of its owner.
@@ -541,9 +572,9 @@ fn named(name: &str) -> Vec<Named> {
     let retry_columns = if tracks_attempts() {
         "s.max_attempts, (pg_catalog.date_part('epoch', s.backoff_min) * 1e6)::bigint,
          (pg_catalog.date_part('epoch', s.backoff_max) * 1e6)::bigint, s.key, s.key_path,
-         s.on_dead_letter = 'skip', s.types, s.filter::text"
+         s.on_dead_letter = 'skip', s.types, s.filter::text, s.lost_before"
     } else {
-        "NULL::integer, 0::bigint, 0::bigint, NULL::text, NULL::text[], false, NULL::text[], NULL::text"
+        "NULL::integer, 0::bigint, 0::bigint, NULL::text, NULL::text[], false, NULL::text[], NULL::text, NULL::bigint"
     };
     let query = format!(
         "SELECT s.id, s.stream, s.ordered, s.owner::oid, s.owner::text,
@@ -574,6 +605,7 @@ fn named(name: &str) -> Vec<Named> {
                 key_path: row.get::<Vec<String>>(13)?,
                 skip_dead_letters: row.get::<bool>(14)?.unwrap_or(false),
                 filter: EventFilter { types: row.get::<Vec<String>>(15)?, data: row.get::<String>(16)? },
+                lost_before: row.get::<i64>(17)?,
             });
         }
         Ok(found)
