@@ -12,24 +12,37 @@ use crate::hooks::partitions::dropping_for_retention;
 use crate::log::partitions;
 
 /// Make partitions until the one after the newest position's ends at least
-/// half a partition ahead of it, so that publishers find theirs made (a
-/// publish makes a missing one itself, which is slower: DDL in its
-/// transaction). Nothing before the first partition exists: the first
-/// publish makes it, and a database restored from a dump brings its own.
+/// half a partition ahead of it, so that publishers find theirs made.
+/// `wanted`: a publisher asked for a partition it found missing (and waits
+/// for it); only then is the first partition of a log without any made
+/// here, since a database being restored from a dump has none until the
+/// restore makes its own, and one made here would collide with it.
 /// Returns the newest position at which to look again (None: at the next
 /// interval).
-pub(super) fn make_partitions_ahead() -> Option<i64> {
+pub(super) fn make_partitions_ahead(wanted: bool) -> Option<i64> {
     let result = attempt(|| {
         let log = crate::log::catalog::extension_log()?;
         if !partitions::is_partitioned(log) {
             return None;
         }
-        let highest = partitions::of_table(log).last().copied()?;
+        let highest = partitions::of_table(log).last().copied();
+        if highest.is_none() && !wanted {
+            return None;
+        }
         Spi::run("SET LOCAL lock_timeout = '1s'").context("setting lock_timeout for making partitions");
         let (newest, size) =
             Spi::get_two::<i64, i64>("SELECT streams._newest_position(), (streams._storage()).partition_size")
                 .context("reading the newest position and the partition size");
         let (newest, size) = (newest.unwrap_or(0), size.unwrap_or(1_000_000).max(2));
+        let highest = match highest {
+            Some(highest) => highest,
+            None => {
+                Spi::run("SELECT streams._add_partition(0)").context("making the log's first partition");
+                // SAFETY: inside this maintenance transaction.
+                unsafe { pg_sys::CommandCounterIncrement() };
+                partitions::of_table(log).last().copied()?
+            }
+        };
         let mut end = highest.upper;
         while newest + size / 2 >= end {
             Spi::run_with_args("SELECT streams._add_partition($1)", &[end.into()]).context("making a partition ahead");

@@ -189,6 +189,11 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
         if entry.webhooks_wanted.swap(false, Ordering::AcqRel) {
             start_webhook_worker(db);
         }
+        if entry.partitions_wanted.swap(false, Ordering::AcqRel) {
+            // A publisher waits for a partition (log/partitions.rs): the first
+            // one of a new log, or one this worker did not make ahead.
+            partitions_ahead_from = storage::make_partitions_ahead(true).unwrap_or(i64::MAX);
+        }
         let since_last = last_round.elapsed();
         if busy && since_last < BUSY_ROUND_INTERVAL {
             // Not on the latch: every commit sets it.
@@ -242,7 +247,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                 // Partitions ahead of the publishers: as soon as the newest
                 // position passes the mark, not only at the interval.
                 if newest >= partitions_ahead_from {
-                    partitions_ahead_from = storage::make_partitions_ahead().unwrap_or(i64::MAX);
+                    partitions_ahead_from = storage::make_partitions_ahead(false).unwrap_or(i64::MAX);
                 }
                 // Also between the rounds of a long backlog, not only when idle.
                 if std::time::Instant::now() >= next_summary {
@@ -250,7 +255,7 @@ fn serve(db: pg_sys::Oid, entry: &'static DbEntry) {
                     summarize_new_ranges();
                     compact_commit_times(&mut compacted);
                     forget_idempotency_keys();
-                    partitions_ahead_from = storage::make_partitions_ahead().unwrap_or(i64::MAX);
+                    partitions_ahead_from = storage::make_partitions_ahead(false).unwrap_or(i64::MAX);
                     storage::apply_retention();
                     start_webhook_worker(db);
                 }
@@ -357,6 +362,7 @@ fn wait_serving_deliveries(entry: &DbEntry, db: pg_sys::Oid, wait: Duration) -> 
         if entry.wake.load(Ordering::SeqCst)
             || entry.stop.load(Ordering::Acquire)
             || entry.webhooks_wanted.load(Ordering::Acquire)
+            || entry.partitions_wanted.load(Ordering::Acquire)
             || shutdown_requested()
         {
             return true;

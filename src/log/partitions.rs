@@ -143,9 +143,13 @@ fn _first_position() -> Option<i64> {
 }
 
 /// Make sure a partition holds every position in `low..=high` (the
-/// positions a publish is about to write), making the missing ones through
-/// `streams._add_partition`, as the log's owner. Normally the worker made
-/// them ahead and this is a lookup.
+/// positions a publish is about to write). Normally the worker made them
+/// ahead and this is a lookup. A missing one (the first partition of a new
+/// log, or a worker far behind) is the worker's to make: the publisher asks
+/// it and waits ([`wait_for_worker`]). Only when no worker makes it in time
+/// does the publisher make it itself, through `streams._add_partition`, as
+/// the log's owner: DDL in its own transaction, which holds every other
+/// publisher of positions in that partition until it ends.
 ///
 /// # Safety
 /// SAFETY: inside the publishing transaction, as the log's owner, with the log locked (ROW
@@ -157,6 +161,10 @@ pub(crate) unsafe fn ensure_holding(log: pg_sys::Oid, low: i64, high: i64) {
         match holding(&partitions, position) {
             Some(partition) => position = partition.upper,
             None => {
+                partitions = wait_for_worker(log, position);
+                if holding(&partitions, position).is_some() {
+                    continue;
+                }
                 add_partition(position);
                 // The attach invalidated the parent's descriptor; the new
                 // command id makes it visible to this lookup.
@@ -166,6 +174,48 @@ pub(crate) unsafe fn ensure_holding(log: pg_sys::Oid, low: i64, high: i64) {
                     StreamsError::MissingObject("a partition of streams.event_log for the new position").raise();
                 }
             }
+        }
+    }
+}
+
+/// How long a publisher waits for the worker to make a missing partition
+/// before it makes it itself. A worker makes one in milliseconds; a new
+/// database's worker starts within a second of its CREATE EXTENSION.
+const WORKER_PARTITION_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Ask this database's worker for the partition of `position` and wait,
+/// in 2 ms steps on this backend's latch, until it is there, the worker
+/// turns out to have no slot, or [`WORKER_PARTITION_WAIT`] passes. Returns
+/// the partitions as they are then. A cancel ends the wait with an ERROR.
+fn wait_for_worker(log: pg_sys::Oid, position: i64) -> Vec<Partition> {
+    use std::sync::atomic::Ordering;
+    // SAFETY: MyDatabaseId is set once at connection and only read here.
+    let db = unsafe { pg_sys::MyDatabaseId };
+    let deadline = std::time::Instant::now() + WORKER_PARTITION_WAIT;
+    loop {
+        let Some(entry) = crate::shmem::find_db(db) else { return of_table(log) };
+        if entry.no_slot.load(Ordering::Acquire) {
+            return of_table(log);
+        }
+        entry.wake_for_partitions();
+        // SAFETY: MyLatch is this backend's own latch; WaitLatch and ResetLatch are the
+        // documented pair; AcceptInvalidationMessages makes a partition the worker committed
+        // visible to the relation cache; CHECK_FOR_INTERRUPTS turns a cancel into an ERROR
+        // through pgrx's guard.
+        unsafe {
+            pg_sys::WaitLatch(
+                pg_sys::MyLatch,
+                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+                2,
+                pg_sys::PG_WAIT_EXTENSION,
+            );
+            pg_sys::ResetLatch(pg_sys::MyLatch);
+            pg_sys::check_for_interrupts!();
+            pg_sys::AcceptInvalidationMessages();
+        }
+        let partitions = of_table(log);
+        if holding(&partitions, position).is_some() || std::time::Instant::now() >= deadline {
+            return partitions;
         }
     }
 }

@@ -23,6 +23,11 @@ pub struct DbEntry {
     pub wake: AtomicBool,
     /// Set by a poller that wrote a delivery request (deliveries.rs).
     pub deliveries_wanted: AtomicBool,
+    /// Set by a publisher that found no partition of the log for its
+    /// position (log/partitions.rs): the worker makes it and the publisher
+    /// waits, rather than making it in its own transaction, whose lock on
+    /// the log would hold every other publisher until it ends.
+    pub partitions_wanted: AtomicBool,
     /// Set by a backend about to DROP DATABASE: the worker leaves for good.
     pub stop: AtomicBool,
     /// The worker's persisted horizon.
@@ -340,6 +345,7 @@ impl DbEntry {
         self.notification_failures.store(0, Ordering::Relaxed);
         self.state.store(WorkerState::Starting as u32, Ordering::Relaxed);
         self.webhooks_wanted.store(false, Ordering::Relaxed);
+        self.partitions_wanted.store(false, Ordering::Relaxed);
         self.retired.store(false, Ordering::Relaxed);
         self.delivered.store(0, Ordering::Relaxed);
         self.notify_state.store(0, Ordering::Relaxed);
@@ -367,6 +373,22 @@ impl DbEntry {
     /// worker serves the database. Atomics and `SetLatch` only.
     pub fn wake_for_deliveries(&self) -> bool {
         self.deliveries_wanted.store(true, Ordering::SeqCst);
+        let procno = self.worker_procno.load(Ordering::Acquire);
+        if procno < 0 || self.worker_pid.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        // SAFETY: as in wake_worker.
+        unsafe {
+            let proc_ = (*pg_sys::ProcGlobal).allProcs.add(procno as usize);
+            pg_sys::SetLatch(&raw mut (*proc_).procLatch);
+        }
+        true
+    }
+
+    /// Ask the worker to make the log's missing partition: whether a worker
+    /// serves the database. Atomics and `SetLatch` only.
+    pub fn wake_for_partitions(&self) -> bool {
+        self.partitions_wanted.store(true, Ordering::SeqCst);
         let procno = self.worker_procno.load(Ordering::Acquire);
         if procno < 0 || self.worker_pid.load(Ordering::Acquire) == 0 {
             return false;
