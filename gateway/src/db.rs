@@ -129,6 +129,12 @@ const OLD_SCHEMA_RECHECK_SECS: u64 = 10;
 
 const HORIZON: &str = "SELECT streams.horizon(), streams.worker_pid()";
 
+/// [`HORIZON`] that also reads a replay's `since` as the database does:
+/// a `since` it cannot read is 22007 here, whatever replay then plans (a
+/// log without partitions yet is planned as empty, and replay's own check
+/// of its arguments never runs).
+const HORIZON_SINCE: &str = "SELECT streams.horizon(), streams.worker_pid(), $1::text::timestamptz IS NULL";
+
 /// The names of the streams between two bounds, one index probe each (a
 /// loose scan of (stream, position)), as the reader sees them.
 const STREAM_NAMES: &str = r#"WITH RECURSIVE s(stream) AS (
@@ -253,15 +259,17 @@ impl Db {
     ) -> Result<Page, ApiError> {
         let mut client = self.pool(server).get().await?;
         let tx = begin(&mut client, role, true).await?;
-        let horizon_stmt = tx.prepare_cached(HORIZON).await?;
-        let row = tx.query_one(&horizon_stmt, &[]).await?;
-        let (horizon, worker_pid): (i64, Option<i32>) = (row.get(0), row.get(1));
         let after = ask.start.after;
         let (since, from_tx) = match &ask.start.bound {
             None => (None, None),
             Some(Bound::Since(t)) => (Some(t.as_str()), None),
             Some(Bound::FromTx(x)) => (None, Some(x.as_str())),
         };
+        let row = match since {
+            None => tx.query_one(&tx.prepare_cached(HORIZON).await?, &[]).await?,
+            Some(since) => tx.query_one(&tx.prepare_cached(HORIZON_SINCE).await?, &[&since]).await?,
+        };
+        let (horizon, worker_pid): (i64, Option<i32>) = (row.get(0), row.get(1));
         let stmt = tx.prepare_cached(statement).await?;
         let portal = if statement == REPLAY {
             let args: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =

@@ -12,6 +12,10 @@ use axum::Json;
 
 /// SQLSTATE invalid_parameter_value: a bad pattern, stream name or position.
 pub const INVALID_PARAMETER: &str = "22023";
+/// The extension's SQLSTATE for a read below the first position the log's
+/// retention kept.
+pub const EVENTS_REMOVED: &str = "LS001";
+
 /// SQLSTATE insufficient_privilege.
 pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
 
@@ -33,6 +37,9 @@ pub enum ApiError {
     MethodNotAllowed,
     /// 408: a request body that did not arrive within --body-timeout-secs.
     BodyTimeout,
+    /// 410: the events asked for were removed by the log's retention
+    /// (SQLSTATE LS001; the message names the first position kept).
+    Gone { message: String, sqlstate: Option<String> },
     /// 413: a request body over --max-body-bytes (`limit`).
     TooLarge { limit: usize },
     /// 422: well-formed, but refused as it stands: an idempotency key that
@@ -83,6 +90,7 @@ impl ApiError {
             ApiError::NotFound | ApiError::NotSubscribed => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            ApiError::Gone { .. } => StatusCode::GONE,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -96,6 +104,7 @@ impl ApiError {
             ApiError::BadRequest { message, sqlstate }
             | ApiError::Unavailable { message, sqlstate }
             | ApiError::Unprocessable { message, sqlstate }
+            | ApiError::Gone { message, sqlstate }
             | ApiError::Internal { message, sqlstate } => (message.into(), sqlstate.as_deref()),
             ApiError::Unauthorized(message) => (message.into(), None),
             ApiError::UnknownRole => ("the token's role does not exist".into(), Some(INVALID_PARAMETER)),
@@ -147,6 +156,7 @@ impl ApiError {
         let sqlstate = Some(code.to_owned());
         match code {
             INSUFFICIENT_PRIVILEGE => ApiError::Forbidden(message),
+            EVENTS_REMOVED => ApiError::Gone { message, sqlstate },
             c if c.starts_with("22") || c.starts_with("54") => ApiError::BadRequest { message, sqlstate },
             c if c.starts_with("08") || c.starts_with("57P") || c.starts_with("53") => {
                 ApiError::Unavailable { message, sqlstate }
@@ -191,6 +201,7 @@ mod tests {
     fn sqlstates_map_to_statuses() {
         for (code, status) in [
             ("42501", 403),
+            ("LS001", 410),
             ("22023", 400),
             ("22P02", 400),
             ("22007", 400),
