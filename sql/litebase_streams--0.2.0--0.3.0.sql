@@ -390,14 +390,19 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
         -- The transaction's first final event. A transaction id used again
         -- after a restore into another cluster names its newest transaction:
         -- the one of the era of the id's last event.
-        ELSE (WITH hit AS (
+        ELSE coalesce(
+             (WITH hit AS (
                   SELECT e.position FROM streams.event_log e
                   WHERE e.tx = from_tx
                     AND e.position <= coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0)),
               bounds AS (SELECT (SELECT h.era_bounds FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1) AS b)
               SELECT min(hit.position) - 1 FROM hit, bounds
               WHERE streams._era(hit.position, bounds.b)
-                    = (SELECT streams._era(max(hit.position), bounds.b) FROM hit))
+                    = (SELECT streams._era(max(hit.position), bounds.b) FROM hit)),
+             -- None: a transaction with no final event, or one whose events
+             -- retention removed, LS001 here. (A null start leaves replay no
+             -- partition to read, so its own check of the bounds never runs.)
+             CASE WHEN streams._retained(NULL, NULL, from_tx) THEN NULL::bigint END)
     END
 $$;
 
@@ -520,7 +525,7 @@ CREATE FUNCTION streams._create_subscription(name text, stream text, start bigin
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_create_subscription_with_retries_wrapper';
 CREATE FUNCTION streams._claim(subscription text, max_events integer, wait interval, lease interval)
 RETURNS TABLE (stream text, prefix text, afters bigint[], throughs bigint[], lease bigint,
-               pattern text, types text[], filter jsonb)
+               pattern text, types text[], filter jsonb, lost_before bigint)
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_claim_wrapper';
 -- No SET clause (called once per event returned): its one SQL statement
 -- runs as the extension's owner with search_path pinned in Rust
@@ -618,6 +623,11 @@ DECLARE
     claimed record;
 BEGIN
     SELECT * INTO STRICT claimed FROM streams._claim(poll.subscription, poll.max_events, poll.wait, poll.lease);
+    IF claimed.lost_before IS NOT NULL THEN
+        -- Retention cut below the subscription: LS001, raised here (through
+        -- Rust, the extension's own SQLSTATE would become XX000).
+        PERFORM streams._subscription_lost(poll.subscription, claimed.lost_before);
+    END IF;
     IF claimed.stream IS NOT NULL THEN
         RETURN QUERY
         SELECT r.position, r.stream, r.time, r.tx, r.data, r.type, r.key, r.headers,
@@ -1819,6 +1829,7 @@ DECLARE
     upper_bound bigint;
     name text;
     made regclass;
+    grantee text;
 BEGIN
     -- One maker at a time (the attach would wait for the other anyway).
     LOCK TABLE streams.event_log IN SHARE UPDATE EXCLUSIVE MODE;
@@ -1850,6 +1861,15 @@ BEGIN
     EXECUTE pg_catalog.format('CREATE INDEX %I ON streams.%I USING brin (tx streams.xid8_minmax_ops)
                                WITH (pages_per_range = 16, autosummarize = off)', name || '_tx', name);
     EXECUTE pg_catalog.format('ALTER TABLE streams.%I ENABLE ROW LEVEL SECURITY', name);
+    -- The owner's default privileges (ALTER DEFAULT PRIVILEGES) grant a new
+    -- table to others: nobody but the owner gets a partition.
+    FOR grantee IN
+        SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END
+        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+        WHERE c.oid = pg_catalog.format('streams.%I', name)::regclass AND a.grantee <> c.relowner
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON streams.%I FROM %s', name, grantee);
+    END LOOP;
     EXECUTE pg_catalog.format('ALTER TABLE streams.event_log ATTACH PARTITION streams.%I FOR VALUES FROM (%s) TO (%s)',
         name, coalesce(lower_bound::text, 'MINVALUE'), upper_bound);
     RETURN pg_catalog.format('streams.%I', name)::regclass;
@@ -1867,10 +1887,20 @@ COMMENT ON FUNCTION streams._add_partition(bigint) IS 'Internal: make the partit
 -- for PUBLIC.
 CREATE FUNCTION streams._add_removed_range(end_position bigint) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    grantee text;
 BEGIN
     CREATE TABLE streams.event_log_removed (position bigint NOT NULL, stream text COLLATE "C" NOT NULL,
         tx xid8 NOT NULL, data jsonb NOT NULL, type text COLLATE "C", key text COLLATE "C", headers jsonb);
     ALTER TABLE streams.event_log_removed ENABLE ROW LEVEL SECURITY;
+    -- As in _add_partition: nobody but the owner gets it.
+    FOR grantee IN
+        SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END
+        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+        WHERE c.oid = 'streams.event_log_removed'::regclass AND a.grantee <> c.relowner
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON streams.event_log_removed FROM %s', grantee);
+    END LOOP;
     EXECUTE pg_catalog.format('ALTER TABLE streams.event_log ATTACH PARTITION streams.event_log_removed
                                FOR VALUES FROM (MINVALUE) TO (%s)', end_position);
 END
@@ -2084,6 +2114,26 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION streams._subscription_lost(text, bigint) IS 'Internal: LS001 for a subscription whose unprocessed events retention removed.';
+
+-- streams.seek: LS001 below the first position retention kept (see sql/subscriptions.sql).
+CREATE OR REPLACE FUNCTION streams.seek(
+    subscription text,
+    after        bigint      DEFAULT NULL,
+    since        timestamptz DEFAULT NULL,
+    from_tx      xid8        DEFAULT NULL
+) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    start bigint := streams._start_position('streams.seek', seek.after, seek.since, seek.from_tx);
+BEGIN
+    PERFORM streams._seek_subscription(seek.subscription, start);
+    -- Checked after the move, which locked the log until the transaction
+    -- ends: retention drops a partition only after a lock that waits for
+    -- this transaction, and then sees the new position. (Here, not in
+    -- Rust: there the extension's own SQLSTATE would become XX000.)
+    PERFORM streams._retained(start, NULL, NULL);
+END
+$$;
 
 COMMENT ON COLUMN streams.subscriptions.lost_before IS 'Retention, told to override consumers, removed events it had not processed: the first position it kept (null: none lost). Polls fail with LS001 until a seek.';
 COMMENT ON TABLE streams.storage_settings IS 'The storage settings (partition size, retention) and what retention removed last; read streams.storage.';

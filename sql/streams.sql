@@ -538,14 +538,19 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
         -- The transaction's first final event. A transaction id used again
         -- after a restore into another cluster names its newest transaction:
         -- the one of the era of the id's last event.
-        ELSE (WITH hit AS (
+        ELSE coalesce(
+             (WITH hit AS (
                   SELECT e.position FROM streams.event_log e
                   WHERE e.tx = from_tx
                     AND e.position <= coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0)),
               bounds AS (SELECT (SELECT h.era_bounds FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1) AS b)
               SELECT min(hit.position) - 1 FROM hit, bounds
               WHERE streams._era(hit.position, bounds.b)
-                    = (SELECT streams._era(max(hit.position), bounds.b) FROM hit))
+                    = (SELECT streams._era(max(hit.position), bounds.b) FROM hit)),
+             -- None: a transaction with no final event, or one whose events
+             -- retention removed, LS001 here. (A null start leaves replay no
+             -- partition to read, so its own check of the bounds never runs.)
+             CASE WHEN streams._retained(NULL, NULL, from_tx) THEN NULL::bigint END)
     END
 $$;
 

@@ -167,7 +167,7 @@ RETURNS TABLE (stream text, after bigint, count integer)
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_poll_wrapper';
 CREATE FUNCTION streams._claim(subscription text, max_events integer, wait interval, lease interval)
 RETURNS TABLE (stream text, prefix text, afters bigint[], throughs bigint[], lease bigint,
-               pattern text, types text[], filter jsonb)
+               pattern text, types text[], filter jsonb, lost_before bigint)
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', '_claim_wrapper';
 -- No SET clause (called once per event returned): its one SQL statement
 -- runs as the extension's owner with search_path pinned in Rust
@@ -303,6 +303,11 @@ DECLARE
     claimed record;
 BEGIN
     SELECT * INTO STRICT claimed FROM streams._claim(poll.subscription, poll.max_events, poll.wait, poll.lease);
+    IF claimed.lost_before IS NOT NULL THEN
+        -- Retention cut below the subscription: LS001, raised here (through
+        -- Rust, the extension's own SQLSTATE would become XX000).
+        PERFORM streams._subscription_lost(poll.subscription, claimed.lost_before);
+    END IF;
     IF claimed.stream IS NOT NULL THEN
         RETURN QUERY
         SELECT r.position, r.stream, r.time, r.tx, r.data, r.type, r.key, r.headers,
@@ -395,16 +400,24 @@ LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 
 -- streams.seek(subscription, after, since, from_tx) -> void
 -- Move the subscription: back to reprocess, ahead to skip. None given: to
 -- the current horizon. Waits for a transaction that holds an ordered
--- subscription's events.
+-- subscription's events. LS001 below the first position retention kept.
 CREATE FUNCTION streams.seek(
     subscription text,
     after        bigint      DEFAULT NULL,
     since        timestamptz DEFAULT NULL,
     from_tx      xid8        DEFAULT NULL
 ) RETURNS void
-LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT streams._seek_subscription(
-        seek.subscription, streams._start_position('streams.seek', seek.after, seek.since, seek.from_tx))
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    start bigint := streams._start_position('streams.seek', seek.after, seek.since, seek.from_tx);
+BEGIN
+    PERFORM streams._seek_subscription(seek.subscription, start);
+    -- Checked after the move, which locked the log until the transaction
+    -- ends: retention drops a partition only after a lock that waits for
+    -- this transaction, and then sees the new position. (Here, not in
+    -- Rust: there the extension's own SQLSTATE would become XX000.)
+    PERFORM streams._retained(start, NULL, NULL);
+END
 $$;
 
 -- streams.subscriptions: the subscriptions of the roles the caller belongs

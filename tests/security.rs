@@ -187,6 +187,11 @@ fn security_definer_functions_pin_search_path_and_are_not_public() {
             "SELECT p.oid::regprocedure::text FROM pg_proc p
              WHERE p.pronamespace = 'streams'::regnamespace AND p.prosecdef
                AND (p.proacl IS NULL OR EXISTS (SELECT FROM aclexplode(p.proacl) a WHERE a.grantee = 0))
+               -- Public on purpose, revealing nothing streams.storage (PUBLIC) does not
+               -- show: the storage settings, and whether a read reaches below the
+               -- first position retention kept (LS001), which every reader must learn.
+               AND p.oid NOT IN ('streams._storage()'::regprocedure,
+                                 'streams._retained(bigint, timestamptz, xid8)'::regprocedure)
              ORDER BY 1",
             &[],
         )
@@ -215,6 +220,8 @@ fn security_definer_functions_pin_search_path_and_are_not_public() {
         "streams._commit_time(bigint)",     // a kept plan pinned in Rust, run as the caller
         "streams._attempt(bigint)",         // per event: as_owner pins search_path in Rust
         "streams._capture()",               // trigger: its SQL is kept plans pinned in Rust (kept_plan.rs)
+        "streams._first_position()",        // catalog and relation cache lookups, runs no SQL
+        "streams._partition_bounds()",      // the same
     ];
     let unpinned: Vec<String> = c
         .query(
@@ -278,8 +285,8 @@ fn default_privileges_do_not_reach_the_log() {
         reporting.name
     ))
     .unwrap();
-    let leaks: Vec<String> = c
-        .query(
+    let leaks = |c: &mut Client| -> Vec<String> {
+        c.query(
             "SELECT c.oid::regclass::text FROM pg_class c
              WHERE c.relnamespace = 'streams'::regnamespace AND c.relkind IN ('r', 'S', 'v')
                AND (has_table_privilege($1, c.oid, 'SELECT') OR has_table_privilege($1, c.oid, 'UPDATE')
@@ -290,14 +297,28 @@ fn default_privileges_do_not_reach_the_log() {
                                  -- The streams the caller may read, with their counts.
                                  'streams.streams'::regclass,
                                  -- pg_trigger, which it reads, is readable by everyone too.
-                                 'streams.captures'::regclass)",
+                                 'streams.captures'::regclass,
+                                 -- The storage settings and where the log starts: every reader's to know.
+                                 'streams.storage'::regclass)",
             &[&reporting.name],
         )
         .unwrap()
         .iter()
         .map(|r| r.get(0))
-        .collect();
-    assert!(leaks.is_empty(), "default privileges reached {leaks:?}");
+        .collect()
+    };
+    assert_eq!(leaks(&mut c), Vec::<String>::new(), "default privileges reached these");
+    // Nor the partitions the worker makes as the log grows (the installing
+    // role's default privileges apply to them too, unless revoked).
+    c.batch_execute("SELECT streams.set_partition_size(10000)").unwrap();
+    c.query_one("SELECT count(*) FROM streams.publish_batch('orders', array_fill('{}'::jsonb, ARRAY[15000]))", &[])
+        .unwrap();
+    let partitions: i64 = c
+        .query_one("SELECT count(*) FROM pg_inherits WHERE inhparent = 'streams.event_log'::regclass", &[])
+        .unwrap()
+        .get(0);
+    assert!(partitions >= 2, "the log has partitions: {partitions}");
+    assert_eq!(leaks(&mut c), Vec::<String>::new(), "default privileges reached these partitions");
     let create: bool =
         c.query_one("SELECT has_schema_privilege($1, 'streams', 'CREATE')", &[&reporting.name]).unwrap().get(0);
     assert!(!create, "nobody else may create objects in schema streams");

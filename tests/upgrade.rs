@@ -896,3 +896,61 @@ fn update_under_publish_replay_listen_and_consumers_fails_no_one() {
     assert!(may_create(&hooks.name), "the 0.2.0 grant of create_webhook carries over to the new one");
     assert!(!may_create("public"), "and nobody else got it");
 }
+
+/// The 0.3.0 step partitions the log without copying it: a 0.2.0 log of
+/// 1,000,000 events becomes the first partition, attached as it is: the
+/// same data files (relfilenode), every event's position, stream, time, tx
+/// and data unchanged, and the log goes on from there.
+#[test]
+fn update_attaches_the_old_log_as_its_first_partition_without_a_copy() {
+    let db = TestDb::without_extension();
+    install_0_1_0(&db);
+    let mut c = db.connect();
+    c.batch_execute("ALTER EXTENSION litebase_streams UPDATE TO '0.2.0'").unwrap();
+    for batch in 0..10 {
+        c.query_one(
+            "SELECT count(*) FROM streams.publish_batch('big', (SELECT pg_catalog.array_agg(pg_catalog.jsonb_build_object('i', g, 'batch', $1::int)) FROM generate_series(1, 100000) g))",
+            &[&batch],
+        )
+        .unwrap();
+    }
+    let newest: i64 = c.query_one("SELECT max(position) FROM streams.event_log", &[]).unwrap().get(0);
+    wait_for_horizon(&mut c, newest);
+    const FINGERPRINT: &str = "SELECT count(*), sum(hashtextextended(position::text || stream || time::text || tx::text || data::text, 0))::text FROM streams.events";
+    let before: (i64, String) = c.query_one(FINGERPRINT, &[]).map(|r| (r.get(0), r.get(1))).unwrap();
+    assert_eq!(before.0, 1_000_000, "the 0.2.0 log holds the million events");
+    let file_before: i64 = c
+        .query_one("SELECT relfilenode::bigint FROM pg_class WHERE oid = 'streams.event_log'::regclass", &[])
+        .map(|r| r.get::<_, i64>(0))
+        .unwrap();
+
+    update_chain(&mut c);
+
+    let (file_after, is_partition): (i64, bool) = c
+        .query_one(
+            "SELECT relfilenode::bigint, relispartition FROM pg_class WHERE oid = 'streams.event_log_0'::regclass",
+            &[],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert!(is_partition, "the old log is a partition of the new one");
+    assert_eq!(file_after, file_before, "attached with its data files as they were: nothing was rewritten");
+    let kind: String = c
+        .query_one("SELECT relkind::text FROM pg_class WHERE oid = 'streams.event_log'::regclass", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(kind, "p", "streams.event_log is partitioned");
+    let after: (i64, String) = c.query_one(FINGERPRINT, &[]).map(|r| (r.get(0), r.get(1))).unwrap();
+    assert_eq!(after, before, "every event reads back unchanged: position, stream, time, tx, data");
+    let (first, end): (Option<i64>, i64) = c
+        .query_one("SELECT first_position, end_position FROM streams.partitions WHERE partition = 'streams.event_log_0'::regclass", &[])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(first, None, "the first partition holds everything from the start");
+    assert!(end > newest, "and every position handed out so far (ends at {end}, newest {newest})");
+    let p = publish(&mut c, "big", r#"{"after":"update"}"#);
+    assert_eq!(p, newest + 1, "the timeline goes on");
+    wait_for_horizon(&mut c, p);
+    let last: i64 = c.query_one("SELECT position FROM streams.replay('big', after => $1)", &[&newest]).unwrap().get(0);
+    assert_eq!(last, p);
+}

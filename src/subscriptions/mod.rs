@@ -199,11 +199,8 @@ fn _seek_subscription(name: Option<&str>, start: Option<i64>) {
                 None,
                 &[subscription.id.into(), start.into()],
             )?;
-            // LS001 below the first position retention kept. Checked with
-            // the log locked (lock_for_reading, above): retention drops a
-            // partition only after taking a lock that waits for this
-            // transaction, and then sees the new position.
-            client.select("SELECT streams._retained($1, NULL, NULL)", None, &[start.into()])?;
+            // LS001 below the first position retention kept: streams.seek
+            // checks it after this, the log locked (lock_for_reading, above).
         } else {
             client.update_kept(
                 "UPDATE streams.subscription_state SET position = $2 WHERE id = $1",
@@ -242,6 +239,9 @@ fn _poll(
     wait: Option<Interval>,
 ) -> TableIterator<'static, (name!(stream, String), name!(after, i64), name!(count, i32))> {
     let (subscription, pieces, _) = claim(subscription, max_events, wait, tracks_attempts(), None);
+    if let Some(first) = subscription.lost_before {
+        raise_lost(&subscription.name, first);
+    }
     let stream = subscription.stream;
     TableIterator::new(pieces.into_iter().map(move |(after, count, _)| (stream.clone(), after, count as i32)))
 }
@@ -275,10 +275,14 @@ fn _claim(
         name!(pattern, Option<String>),
         name!(types, Option<Vec<String>>),
         name!(filter, Option<pgrx::JsonB>),
+        name!(lost_before, Option<i64>),
     ),
 > {
     let lease = lease.map(|l| leases::duration(&l));
     let (subscription, mut claimed, lease) = claim(subscription, max_events, wait, true, lease);
+    // Retention cut below it: nothing claimed, and streams.poll raises LS001
+    // (raised here, through Rust, the extension's own SQLSTATE would become XX000).
+    let lost_before = subscription.lost_before;
     let (stream, prefix, pattern) = match subscription.selector {
         StreamSelector::Exact(name) => (Some(name), None, None),
         StreamSelector::Prefix { prefix, .. } => (None, Some(prefix), None),
@@ -294,13 +298,14 @@ fn _claim(
     // PostgreSQL's own text of a jsonb: it parses (were it not to, JSON null
     // would keep no event rather than every one).
     let filter = data.map(|data| pgrx::JsonB(serde_json::from_str(&data).unwrap_or(serde_json::Value::Null)));
-    TableIterator::once((stream, prefix, afters, throughs, lease, pattern, types, filter))
+    TableIterator::once((stream, prefix, afters, throughs, lease, pattern, types, filter, lost_before))
 }
 
 /// Claim the next events: the subscription, the `(after, count, through]`
 /// ranges holding them and the lease id. With `attempts`, their
 /// delivery is submitted to the worker (written down before returning
-/// when leased).
+/// when leased). Nothing for a subscription retention cut below
+/// (`lost_before`): the caller raises LS001.
 fn claim(
     subscription: Option<&str>,
     max_events: Option<i32>,
@@ -325,8 +330,8 @@ fn claim(
     let wait = wait_duration(&wait, "wait").or_raise();
     let subscription = open(name);
     refuse_webhook(&subscription);
-    if let Some(first) = subscription.lost_before {
-        raise_lost(&subscription.name, first);
+    if subscription.lost_before.is_some() {
+        return (subscription, Vec::new(), None); // the caller raises LS001
     }
     check_read_coverage(&subscription.name, &subscription.stream);
     if lease.is_some() && (!subscription.ordered || subscription.key_path.is_some()) {
@@ -492,8 +497,9 @@ pub(super) fn open(name: &str) -> Subscription {
 
 /// LS001: retention removed events of `name` it had not processed (it
 /// was told to, with overrides_consumers); the first position it kept is
-/// `first`. Raised by streams._subscription_lost, whose SQLSTATE is the
-/// extension's own.
+/// `first`. Raised by streams._subscription_lost; through Rust (here, for
+/// the 0.2.0 form `_poll`) pgrx turns the extension's own SQLSTATE into
+/// XX000, which is why streams.poll and streams.seek raise it in SQL.
 fn raise_lost(name: &str, first: i64) -> ! {
     Spi::run_with_args("SELECT streams._subscription_lost($1, $2)", &[name.into(), first.into()])
         .context("reporting events removed by retention");

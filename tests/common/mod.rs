@@ -485,3 +485,71 @@ impl Drop for SystemSetting {
         let _ = admin.batch_execute("SELECT pg_reload_conf()");
     }
 }
+
+// --- the partitioned log (tests/partitions.rs, tests/retention.rs) ----------
+
+/// One row of `streams.partitions`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partition {
+    pub name: String,
+    pub first_position: Option<i64>,
+    pub end_position: i64,
+    pub size: i64,
+    pub tablespace: Option<String>,
+    pub state: String,
+}
+
+/// The rows of `streams.partitions`, in its order.
+pub fn partitions(client: &mut Client) -> Vec<Partition> {
+    client
+        .query(
+            "SELECT partition::text, first_position, end_position, size, tablespace::text, state
+             FROM streams.partitions",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| Partition {
+            name: r.get(0),
+            first_position: r.get(1),
+            end_position: r.get(2),
+            size: r.get(3),
+            tablespace: r.get(4),
+            state: r.get(5),
+        })
+        .collect()
+}
+
+/// Publish `count` events to `stream` with publish_batch, `per_tx` to a
+/// transaction (quicker than one by one for the tens of thousands a
+/// partitioned log needs), and wait until they are final. Their positions.
+pub fn publish_many(client: &mut Client, stream: &str, count: usize, per_tx: usize) -> Vec<i64> {
+    let mut positions = Vec::with_capacity(count);
+    while positions.len() < count {
+        let n = per_tx.min(count - positions.len()) as i32;
+        let batch = client
+            .query(
+                "SELECT p FROM streams.publish_batch($1,
+                     ARRAY(SELECT jsonb_build_object('n', g, 'pad', repeat('x', 40)) FROM generate_series(1, $2) g)) p",
+                &[&stream, &n],
+            )
+            .unwrap();
+        positions.extend(batch.iter().map(|r| r.get::<_, i64>(0)));
+    }
+    wait_for_horizon(client, *positions.last().unwrap());
+    positions
+}
+
+/// Every final event from `query` (its columns: position, stream, time,
+/// tx, data, as text), in its order: for comparing row by row.
+pub fn event_rows(client: &mut Client, query: &str) -> Vec<(i64, String, String, String, String)> {
+    client
+        .query(query, &[])
+        .unwrap_or_else(|e| panic!("{query}: {e}"))
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect()
+}
+
+/// The columns [`event_rows`] compares, of streams.replay or streams.get.
+pub const EVENT_COLUMNS: &str = "position, stream, time::text, tx::text, data::text";
