@@ -149,6 +149,8 @@ pub enum StreamsError {
     SnapshotAfterWrites,
     /// UPDATE, DELETE or TRUNCATE of stored events (other than a redaction).
     ImmutableEvents { operation: &'static str, table: String },
+    /// `COPY streams.event_log TO`: the log is partitioned.
+    CopyOfPartitionedLog,
     /// redact() of a position that holds no final event.
     NoSuchEvent(i64),
     /// redact_matching() without a filter or a key.
@@ -553,6 +555,11 @@ impl StreamsError {
                 format!("streams: stored events are immutable; {operation} on {table} is not allowed"),
             )
             .hint("Publish a new event that corrects or supersedes the old one; streams.redact erases an event's data."),
+            StreamsError::CopyOfPartitionedLog => described(
+                ERRCODE_WRONG_OBJECT_TYPE,
+                "streams: COPY streams.event_log TO is not supported: the log is partitioned".to_owned(),
+            )
+            .hint("Copy a query: COPY (SELECT * FROM streams.events) TO ..., or of streams.replay(...)."),
             StreamsError::NoSuchEvent(position) => {
                 described(ERRCODE_UNDEFINED_OBJECT, format!("no final event at position {position} that you may redact"))
                     .hint("Only final events (at or below streams.horizon()) of streams granted to you with 'redact' can be redacted.")

@@ -6,7 +6,8 @@
 //! (src/delivery/storage.rs), which the hook recognises by a backend-local
 //! flag no SQL can set. A table an operator attaches gets row-level
 //! security (with no policy, so it is read through streams.events only);
-//! the log's row trigger PostgreSQL clones onto it.
+//! the log's row trigger PostgreSQL clones onto it. `COPY streams.event_log
+//! TO` is refused with the query form that works (see [`check`]).
 
 use std::cell::Cell;
 
@@ -96,6 +97,25 @@ pub(super) unsafe extern "C-unwind" fn check(stmt: *mut pg_sys::Node) -> *mut pg
                 }
             }
             action
+        }
+        pg_sys::NodeTag::T_CopyStmt => {
+            // COPY of the log by name: PostgreSQL refuses a partitioned table
+            // to roles that bypass row-level security, and to every other
+            // role copies ONLY the parent (row security turns it into a
+            // query without its partitions): no row, and no error. Refused
+            // for everyone, with the form that works.
+            let copy = &*(stmt as *mut pg_sys::CopyStmt);
+            // A role without SELECT on it gets PostgreSQL's 42501 as before.
+            if !copy.is_from
+                && copy.query.is_null()
+                && !copy.relation.is_null()
+                && is_log(copy.relation)
+                && pg_sys::pg_class_aclcheck(log_oid(), pg_sys::GetUserId(), pg_sys::ACL_SELECT as pg_sys::AclMode)
+                    == pg_sys::AclResult::ACLCHECK_OK
+            {
+                StreamsError::CopyOfPartitionedLog.raise();
+            }
+            NOTHING
         }
         _ => NOTHING,
     }
