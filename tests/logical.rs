@@ -24,7 +24,10 @@ use std::time::Duration;
 use common::*;
 
 /// `pg_recvlogical --start` writing wal2json (format 2, one JSON document per
-/// change) of `streams.event_log` to `out`.
+/// change) of the schema `streams` to `out`: the log's rows arrive as rows of
+/// its partitions (`streams.event_log_<first position>`; wal2json names the
+/// table a row is stored in, and tables can be listed only by name or as
+/// `schema.*`).
 /// pg_recvlogical, killed on drop (also when a test fails: it would
 /// otherwise keep reconnecting to the stopped scratch server).
 struct Consumer(Child);
@@ -53,7 +56,7 @@ fn start_consumer(cluster: &ScratchCluster, out: &Path) -> Consumer {
             "-o",
             "format-version=2",
             "-o",
-            "add-tables=streams.event_log,streams.horizon_state",
+            "add-tables=streams.*",
             "-o",
             "include-xids=1",
             "-f",
@@ -76,7 +79,7 @@ fn changes(out: &Path) -> Vec<Change> {
         let Ok(change) = serde_json::from_str::<serde_json::Value>(line) else { continue };
         let column = |name: &str| change["columns"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned();
         match (change["action"].as_str(), change["table"].as_str()) {
-            (Some("I"), Some("event_log")) => found.push(Change::Event {
+            (Some("I"), Some(table)) if table.starts_with("event_log_") => found.push(Change::Event {
                 position: column("position").and_then(|c| c["value"].as_i64()).expect("a change carries its position"),
                 stream: column("stream").and_then(|c| c["value"].as_str().map(str::to_owned)).unwrap(),
             }),
