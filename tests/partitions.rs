@@ -160,7 +160,7 @@ fn the_log_is_split_into_contiguous_partitions_the_worker_makes_ahead() {
 fn around_boundaries(positions: &[i64], boundaries: &[i64]) -> Vec<i64> {
     let mut picked = vec![positions[0], *positions.last().unwrap()];
     for &boundary in boundaries {
-        picked.extend(positions.iter().copied().filter(|&p| p < boundary).last());
+        picked.extend(positions.iter().copied().rfind(|&p| p < boundary));
         picked.extend(positions.iter().copied().find(|&p| p >= boundary));
     }
     picked
