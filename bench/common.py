@@ -412,10 +412,13 @@ class Bench:
     def storage(self, c, plain_table):
         c.execute(f"VACUUM (ANALYZE) streams.event_log, streams.commit_times, "
                   f"streams.horizon_state, {plain_table}")
+        # The log is partitioned (its own size is 0): the sums over its
+        # partitions, through pg_partition_tree (a plain table is its own leaf).
         q = c.execute(f"""
-            SELECT pg_total_relation_size('streams.event_log'),
-                   pg_relation_size('streams.event_log'),
-                   pg_indexes_size('streams.event_log'),
+            WITH leaf AS (SELECT t.relid FROM pg_partition_tree('streams.event_log') t WHERE t.isleaf)
+            SELECT (SELECT coalesce(sum(pg_total_relation_size(relid)), 0)::bigint FROM leaf),
+                   (SELECT coalesce(sum(pg_relation_size(relid)), 0)::bigint FROM leaf),
+                   (SELECT coalesce(sum(pg_indexes_size(relid)), 0)::bigint FROM leaf),
                    pg_total_relation_size('streams.commit_times'),
                    pg_total_relation_size('streams.horizon_state'),
                    (SELECT count(*) FROM streams.event_log),
@@ -424,7 +427,8 @@ class Bench:
                    pg_relation_size('{plain_table}'),
                    pg_indexes_size('{plain_table}'),
                    (SELECT count(*) FROM {plain_table}),
-                   (SELECT count(*) FROM pg_index WHERE indrelid = 'streams.event_log'::regclass),
+                   (SELECT max(n) FROM (SELECT count(i.indexrelid) AS n FROM leaf
+                                        LEFT JOIN pg_index i ON i.indrelid = leaf.relid GROUP BY leaf.relid) x),
                    (SELECT count(*) FROM pg_index WHERE indrelid = '{plain_table}'::regclass)""").fetchone()
         (log_total, log_heap, log_idx, times_total, hz_total, events, time_rows,
          plain_total, plain_heap, plain_idx, plain_rows, log_nidx, plain_nidx) = q

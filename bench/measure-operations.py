@@ -570,12 +570,15 @@ def phase_big(a, sizes_mb, reps):
 
 def sizes(conn):
     row = conn.execute("""
-        SELECT pg_table_size('streams.event_log'),
-               pg_relation_size('streams.event_log'),
-               pg_indexes_size('streams.event_log'),
-               pg_relation_size('streams.event_log_pkey'),
-               pg_relation_size('streams.event_log_stream_position'),
-               pg_relation_size('streams.event_log_tx'),
+        WITH leaf AS (SELECT t.relid FROM pg_partition_tree('streams.event_log') t WHERE t.isleaf),
+             ix AS (SELECT i.indexrelid, c.relname FROM leaf JOIN pg_index i ON i.indrelid = leaf.relid
+                    JOIN pg_class c ON c.oid = i.indexrelid)
+        SELECT (SELECT coalesce(sum(pg_table_size(relid)), 0) FROM leaf),
+               (SELECT coalesce(sum(pg_relation_size(relid)), 0) FROM leaf),
+               (SELECT coalesce(sum(pg_indexes_size(relid)), 0) FROM leaf),
+               (SELECT coalesce(sum(pg_relation_size(indexrelid)), 0) FROM ix WHERE relname LIKE '%\_pkey'),
+               (SELECT coalesce(sum(pg_relation_size(indexrelid)), 0) FROM ix WHERE relname LIKE '%\_stream\_position'),
+               (SELECT coalesce(sum(pg_relation_size(indexrelid)), 0) FROM ix WHERE relname LIKE '%\_tx'),
                pg_total_relation_size('streams.commit_times'),
                (SELECT count(*) FROM streams.commit_times),
                pg_total_relation_size('streams.horizon_state'),

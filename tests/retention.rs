@@ -363,3 +363,33 @@ fn reads_below_the_cut_fail_with_ls001_naming_the_first_kept_position() {
     let cut_at: Option<String> = c.query_one("SELECT cut_at::text FROM streams.storage", &[]).unwrap().get(0);
     assert!(cut_at.is_some());
 }
+
+// --- 5. the gateway ------------------------------------------------------------
+
+/// The gateway's catch-up below the cut answers HTTP 410 with LS001 and the
+/// first kept position, never a shorter page; from that position on it
+/// reads as before.
+#[test]
+fn the_gateways_catch_up_below_the_cut_is_410_with_ls001() {
+    let s = common::gateway::Setup::new(&[]);
+    let mut c = s.db.connect();
+    c.batch_execute("SELECT streams.set_partition_size(10000)").unwrap();
+    let pay = publish_many(&mut c, "pay.a", 25_000, 5000);
+    c.batch_execute("SELECT streams.set_retention(max_age => '0 seconds')").unwrap();
+    wait_for_cut(&mut c, 20000);
+    let auth = format!("Bearer {}", common::gateway::token(&s.reader.name));
+    let headers = [("Authorization", auth.as_str())];
+    for path in ["/v1/streams/pay.*/events?after=0", "/v1/streams/pay.a/events?after=19998&max_events=10"] {
+        let (status, text) = s.gateway.request("GET", path, &headers, "");
+        assert_eq!(status, 410, "{path}: {text}");
+        let error: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(error["sqlstate"], "LS001", "{path}: {error}");
+        assert!(error["error"].as_str().unwrap().contains("20000"), "{path}: names the first kept position: {error}");
+    }
+    let path = "/v1/streams/pay.a/events?after=19999&max_events=10";
+    let (status, text) = s.gateway.request("GET", path, &headers, "");
+    assert_eq!(status, 200, "{path}: {text}");
+    let page: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let positions: Vec<i64> = page.as_array().unwrap().iter().map(|e| e["position"].as_i64().unwrap()).collect();
+    assert_eq!(positions, pay[19_999..20_009], "{path}");
+}

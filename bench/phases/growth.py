@@ -79,10 +79,16 @@ END $$""")
                 at = lo + (hi - lo) * (k + 0.5) / 20
                 since_ms.append(explain(
                     f"SELECT * FROM streams.replay(since => '{at.isoformat()}', max_events => 100)")[0] * 1000)
+            # The log is partitioned: its partitions' sizes, and the levels of
+            # the deepest partition's primary key.
             size_bytes = c.execute(
-                "SELECT pg_total_relation_size('streams.event_log') + "
+                "SELECT (SELECT coalesce(sum(pg_total_relation_size(t.relid)), 0) "
+                "        FROM pg_partition_tree('streams.event_log') t WHERE t.isleaf) + "
                 "pg_total_relation_size('streams.commit_times')").fetchone()[0]
-            levels = c.execute("SELECT level + 1 FROM bt_metap('streams.event_log_pkey')").fetchone()[0]
+            levels = c.execute(
+                "SELECT max(m.level) + 1 FROM pg_partition_tree('streams.event_log') t "
+                "JOIN pg_index i ON i.indrelid = t.relid AND i.indisprimary "
+                "CROSS JOIN LATERAL bt_metap(i.indexrelid::regclass::text) m WHERE t.isleaf").fetchone()[0]
             r = b.run_pgbench("publish.sql", 8, cfg["secs"], f"growth-{size}-publish-c8")
             point = dict(events=have, fill_s=fill_s, deliver_s=deliver_s, publish_tps=r["tps"],
                          replay_newest_eps=window / newest_s, replay_newest_read_blocks=newest_reads,
