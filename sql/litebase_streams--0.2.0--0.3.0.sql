@@ -382,11 +382,15 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
             -- row of commit times (by position) that reaches `since`, since no
             -- earlier row does. Replay's time filter drops earlier commits that
             -- sit later on the timeline.
+            coalesce(
             (SELECT min(c.first_position + u.o - 1) - 1
              FROM (SELECT c.first_position, c.times FROM streams.commit_times c
                    WHERE c.last_time >= since ORDER BY c.first_position LIMIT 1) c
              CROSS JOIN LATERAL unnest(c.times) WITH ORDINALITY AS u(t, o)
-             WHERE u.t >= since)
+             WHERE u.t >= since),
+             -- None: nothing final committed since, or only events retention
+             -- removed (a late commit low in a dropped partition), LS001 here.
+             CASE WHEN streams._retained(NULL, since, NULL) THEN NULL::bigint END)
         -- The transaction's first final event. A transaction id used again
         -- after a restore into another cluster names its newest transaction:
         -- the one of the era of the id's last event.
@@ -569,14 +573,26 @@ CREATE FUNCTION streams.create_subscription(
     types         text[]      DEFAULT NULL,
     filter        jsonb       DEFAULT NULL
 ) RETURNS void
-LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT streams._create_subscription(
-        create_subscription.name, create_subscription.stream,
-        streams._start_position('streams.create_subscription', create_subscription.after,
-                                create_subscription.since, create_subscription.from_tx),
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    start bigint := streams._start_position('streams.create_subscription', create_subscription.after,
+                                            create_subscription.since, create_subscription.from_tx);
+BEGIN
+    PERFORM streams._create_subscription(
+        create_subscription.name, create_subscription.stream, start,
         create_subscription.ordered, create_subscription.key, create_subscription.on_dead_letter,
         create_subscription.max_attempts, create_subscription.backoff_min, create_subscription.backoff_max,
-        create_subscription.if_not_exists, create_subscription.types, create_subscription.filter)
+        create_subscription.if_not_exists, create_subscription.types, create_subscription.filter);
+    -- LS001 when it would start below the first position retention kept.
+    -- _retained locks the log until the transaction ends: a drop after it
+    -- waits for this transaction and then sees the new subscription.
+    -- From the arguments given (a since or from_tx checks against the cut's
+    -- time or transaction), or from the start chosen when none was.
+    PERFORM streams._retained(
+        coalesce(create_subscription.after,
+                 CASE WHEN create_subscription.since IS NULL AND create_subscription.from_tx IS NULL THEN start END),
+        create_subscription.since, create_subscription.from_tx);
+END
 $$;
 
 -- streams.alter_subscription(name, max_attempts, backoff_min, backoff_max,
@@ -1820,7 +1836,9 @@ COMMENT ON FUNCTION streams._storage() IS 'Internal: the storage settings (parti
 -- ahead of need, and by a publish that finds no partition for its position.
 -- SECURITY DEFINER: the partition belongs to the log's owner; not for PUBLIC.
 CREATE FUNCTION streams._add_partition("position" bigint) RETURNS regclass
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    -- In the database's default tablespace, as heap tables, whatever the caller's settings.
+    SET default_tablespace = '' SET default_table_access_method = heap AS $$
 DECLARE
     size bigint := (streams._storage()).partition_size;
     below bigint;
@@ -1886,7 +1904,9 @@ COMMENT ON FUNCTION streams._add_partition(bigint) IS 'Internal: make the partit
 -- the previous one. SECURITY DEFINER: it belongs to the log's owner; not
 -- for PUBLIC.
 CREATE FUNCTION streams._add_removed_range(end_position bigint) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    -- In the database's default tablespace, as heap tables, whatever the caller's settings.
+    SET default_tablespace = '' SET default_table_access_method = heap AS $$
 DECLARE
     grantee text;
 BEGIN
@@ -1979,7 +1999,16 @@ BEGIN
         end_position := b.end_position;
         size := pg_catalog.pg_total_relation_size(b.partition);
         oldest_time := streams._commit_time(low);
-        newest_time := streams._commit_time(high);
+        -- The latest commit among its positions, not the commit of its
+        -- highest one: transactions commit out of position order. From the
+        -- rows of commit times that overlap them (a row's last_time is its
+        -- latest; one that reaches past either end can only make this later,
+        -- which keeps retention, archive and the cut's time on the safe side).
+        newest_time := GREATEST(
+            (SELECT pg_catalog.max(c.last_time) FROM streams.commit_times c
+             WHERE c.first_position > low AND c.first_position <= high),
+            (SELECT c.last_time FROM streams.commit_times c
+             WHERE c.first_position <= low ORDER BY c.first_position DESC LIMIT 1));
         tablespace := (SELECT t.spcname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_tablespace t ON t.oid = c.reltablespace
                        WHERE c.oid = b.partition);
         state := CASE WHEN b.first_position IS NULL AND b.end_position = streams._first_position() THEN 'removed'
@@ -2001,7 +2030,7 @@ COMMENT ON COLUMN streams.partitions.first_position IS 'The lowest position it h
 COMMENT ON COLUMN streams.partitions.end_position IS 'The position after the highest it holds.';
 COMMENT ON COLUMN streams.partitions.size IS 'Bytes on disk, indexes and TOAST included.';
 COMMENT ON COLUMN streams.partitions.oldest_time IS 'Commit time of its first final event (null: none).';
-COMMENT ON COLUMN streams.partitions.newest_time IS 'Commit time of its last final event (null: none).';
+COMMENT ON COLUMN streams.partitions.newest_time IS 'The latest commit time of its final events (null: none).';
 COMMENT ON COLUMN streams.partitions.tablespace IS 'Its tablespace (null: the database''s default).';
 COMMENT ON COLUMN streams.partitions.state IS 'ahead: made for positions not handed out yet; active: holds the newest position; full: below it; archived: full and in another tablespace; removed: the empty place of the positions retention removed.';
 
@@ -2131,7 +2160,9 @@ BEGIN
     -- ends: retention drops a partition only after a lock that waits for
     -- this transaction, and then sees the new position. (Here, not in
     -- Rust: there the extension's own SQLSTATE would become XX000.)
-    PERFORM streams._retained(start, NULL, NULL);
+    PERFORM streams._retained(
+        coalesce(seek.after, CASE WHEN seek.since IS NULL AND seek.from_tx IS NULL THEN start END),
+        seek.since, seek.from_tx);
 END
 $$;
 

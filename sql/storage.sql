@@ -35,7 +35,9 @@ COMMENT ON FUNCTION streams._storage() IS 'Internal: the storage settings (parti
 -- ahead of need, and by a publish that finds no partition for its position.
 -- SECURITY DEFINER: the partition belongs to the log's owner; not for PUBLIC.
 CREATE FUNCTION streams._add_partition("position" bigint) RETURNS regclass
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    -- In the database's default tablespace, as heap tables, whatever the caller's settings.
+    SET default_tablespace = '' SET default_table_access_method = heap AS $$
 DECLARE
     size bigint := (streams._storage()).partition_size;
     below bigint;
@@ -101,7 +103,9 @@ COMMENT ON FUNCTION streams._add_partition(bigint) IS 'Internal: make the partit
 -- the previous one. SECURITY DEFINER: it belongs to the log's owner; not
 -- for PUBLIC.
 CREATE FUNCTION streams._add_removed_range(end_position bigint) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    -- In the database's default tablespace, as heap tables, whatever the caller's settings.
+    SET default_tablespace = '' SET default_table_access_method = heap AS $$
 DECLARE
     grantee text;
 BEGIN
@@ -194,7 +198,16 @@ BEGIN
         end_position := b.end_position;
         size := pg_catalog.pg_total_relation_size(b.partition);
         oldest_time := streams._commit_time(low);
-        newest_time := streams._commit_time(high);
+        -- The latest commit among its positions, not the commit of its
+        -- highest one: transactions commit out of position order. From the
+        -- rows of commit times that overlap them (a row's last_time is its
+        -- latest; one that reaches past either end can only make this later,
+        -- which keeps retention, archive and the cut's time on the safe side).
+        newest_time := GREATEST(
+            (SELECT pg_catalog.max(c.last_time) FROM streams.commit_times c
+             WHERE c.first_position > low AND c.first_position <= high),
+            (SELECT c.last_time FROM streams.commit_times c
+             WHERE c.first_position <= low ORDER BY c.first_position DESC LIMIT 1));
         tablespace := (SELECT t.spcname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_tablespace t ON t.oid = c.reltablespace
                        WHERE c.oid = b.partition);
         state := CASE WHEN b.first_position IS NULL AND b.end_position = streams._first_position() THEN 'removed'
@@ -216,7 +229,7 @@ COMMENT ON COLUMN streams.partitions.first_position IS 'The lowest position it h
 COMMENT ON COLUMN streams.partitions.end_position IS 'The position after the highest it holds.';
 COMMENT ON COLUMN streams.partitions.size IS 'Bytes on disk, indexes and TOAST included.';
 COMMENT ON COLUMN streams.partitions.oldest_time IS 'Commit time of its first final event (null: none).';
-COMMENT ON COLUMN streams.partitions.newest_time IS 'Commit time of its last final event (null: none).';
+COMMENT ON COLUMN streams.partitions.newest_time IS 'The latest commit time of its final events (null: none).';
 COMMENT ON COLUMN streams.partitions.tablespace IS 'Its tablespace (null: the database''s default).';
 COMMENT ON COLUMN streams.partitions.state IS 'ahead: made for positions not handed out yet; active: holds the newest position; full: below it; archived: full and in another tablespace; removed: the empty place of the positions retention removed.';
 

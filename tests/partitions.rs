@@ -532,3 +532,52 @@ fn dump_and_restore_bring_back_every_event_of_every_partition() {
     let got: Option<i64> = r.query_one("SELECT (streams.get($1)).position", &[&p]).unwrap().get(0);
     assert_eq!(got, Some(p));
 }
+
+// --- 5. what others may plant or move ------------------------------------------
+
+/// The hook that refuses TRUNCATE and DROP of a partition looks the parent
+/// up with SQL, as whoever runs the statement (a superuser, say), under the
+/// session's search_path: an `=` on oids planted in `public` (a database
+/// owner owns it and may set the database's search_path) must not run.
+#[test]
+fn the_partition_hook_never_runs_an_operator_planted_in_the_search_path() {
+    let (_db, mut c) = partitioned_db();
+    publish_many(&mut c, "orders", 10, 10);
+    c.batch_execute(
+        "CREATE TABLE public.trap_calls (n int);
+         CREATE FUNCTION public.trap(oid, oid) RETURNS boolean LANGUAGE plpgsql AS
+             $$ BEGIN INSERT INTO public.trap_calls VALUES (1); RETURN $1::int8 = $2::int8; END $$;
+         CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = oid, FUNCTION = public.trap);",
+    )
+    .unwrap();
+    c.batch_execute("SET search_path = public, pg_catalog").unwrap();
+    for ddl in ["TRUNCATE streams.event_log_0", "DROP TABLE streams.event_log_0"] {
+        let err = c.batch_execute(ddl).expect_err(ddl);
+        assert_eq!(sqlstate(&err), "55000", "{ddl}: {err}");
+    }
+    c.batch_execute("RESET search_path").unwrap();
+    let calls: i64 = c.query_one("SELECT count(*) FROM public.trap_calls", &[]).unwrap().get(0);
+    assert_eq!(calls, 0, "the planted operator ran as the superuser");
+}
+
+/// A sequence moved far ahead (setval, which pg_write_all_data may do) makes
+/// the worker span the gap with one partition, not one per partition size:
+/// thousands of them in one transaction would fill the lock table.
+#[test]
+fn a_sequence_moved_far_ahead_gets_one_partition_across_the_gap() {
+    let (_db, mut c) = partitioned_db();
+    publish_many(&mut c, "orders", 10, 10);
+    let before = partitions(&mut c).len();
+    // 300 partition sizes: few enough that making one each would succeed (and
+    // take the worker a while), so the assertion below tells the two apart.
+    c.batch_execute("SELECT setval('streams.position_seq', 3000000)").unwrap();
+    let p = publish(&mut c, "orders", "{}");
+    assert_eq!(p, 3_000_001);
+    wait_for_horizon(&mut c, p);
+    let after = partitions(&mut c);
+    assert!(after.len() <= before + 3, "{} partitions for a gap of 300 partition sizes: {after:?}", after.len());
+    let holding: Vec<&Partition> =
+        after.iter().filter(|x| x.first_position.is_none_or(|f| f <= p) && p < x.end_position).collect();
+    assert_eq!(holding.len(), 1, "one partition holds the new position: {after:?}");
+    assert_eq!(event_positions(&mut c, "SELECT position FROM streams.replay(after => 10)"), [p]);
+}

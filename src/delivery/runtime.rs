@@ -77,6 +77,8 @@ const PINNED_SETTINGS: &str = "
     SET max_parallel_workers_per_gather = 0;
     SET jit = off;
     SET plan_cache_mode = auto;
+    SET default_tablespace = '';
+    SET default_table_access_method = heap;
     SET client_min_messages = warning";
 
 pub(crate) fn pin_session_settings() {

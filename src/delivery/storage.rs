@@ -45,7 +45,12 @@ pub(super) fn make_partitions_ahead(wanted: bool) -> Option<i64> {
         };
         let mut end = highest.upper;
         while newest + size / 2 >= end {
-            Spi::run_with_args("SELECT streams._add_partition($1)", &[end.into()]).context("making a partition ahead");
+            // Far behind (the sequence moved on: a setval by a role with
+            // pg_write_all_data, say): one partition from the highest one's
+            // end up to the newest position's, not one per partition size
+            // (thousands of them would fill the lock table in one transaction).
+            let at = if newest - end > size { newest } else { end };
+            Spi::run_with_args("SELECT streams._add_partition($1)", &[at.into()]).context("making a partition ahead");
             // SAFETY: inside this maintenance transaction.
             unsafe { pg_sys::CommandCounterIncrement() };
             let made = partitions::of_table(log).last().map_or(end, |p| p.upper);
@@ -171,15 +176,21 @@ fn drop_partition(due: &Due, newest_tx: Option<String>) {
         &[due.partition.into(), due.end.into(), newest_tx.into()],
     )
     .context("recording the retention cut");
-    if due.held {
-        Spi::run_with_args(
-            "UPDATE streams.subscription_state SET lost_before = $1 WHERE position < $1 - 1",
-            &[due.end.into()],
-        )
-        .context("marking the subscriptions retention cut below");
-        Spi::run_with_args("DELETE FROM streams.subscription_failures WHERE position < $1", &[due.end.into()])
-            .context("forgetting the dead letters retention removed");
-    }
+    // Never silently: every subscription left below the cut (only with
+    // overrides_consumers does one hold a partition and remain; a disabled
+    // webhook's holds none), and every one whose dead letters go with the
+    // partition, is marked until its owner moves it (streams.seek); one
+    // marked before is marked again, with the new first position.
+    Spi::run_with_args(
+        "UPDATE streams.subscription_state s SET lost_before = $1
+         WHERE s.position < $1 - 1
+            OR s.lost_before IS NOT NULL
+            OR EXISTS (SELECT FROM streams.subscription_failures f WHERE f.subscription = s.id AND f.position < $1)",
+        &[due.end.into()],
+    )
+    .context("marking the subscriptions retention cut below");
+    Spi::run_with_args("DELETE FROM streams.subscription_failures WHERE position < $1", &[due.end.into()])
+        .context("forgetting the dead letters retention removed");
     // The removed positions' partition moves up to the new first one: it
     // stays empty, and a read of positions below the cut reaches it (plans
     // never prune it away) and fails with LS001 (streams._retained).

@@ -209,9 +209,12 @@ unsafe fn partition_of_log(relation: *mut pg_sys::RangeVar) -> Option<String> {
     if log == pg_sys::InvalidOid {
         return None;
     }
-    // Read without locking the log: pg_inherits names the parent.
+    // Read without locking the log: pg_inherits names the parent. Every
+    // name qualified, the operator too: this runs as whoever issued the
+    // statement (a superuser, say) under the session's search_path, where
+    // a database owner may have planted an `=` of their own.
     let parent = Spi::get_one_with_args::<pg_sys::Oid>(
-        "SELECT i.inhparent FROM pg_catalog.pg_inherits i WHERE i.inhrelid = $1",
+        "SELECT i.inhparent FROM pg_catalog.pg_inherits i WHERE i.inhrelid OPERATOR(pg_catalog.=) $1",
         &[relid.into()],
     )
     .context("finding the parent of a partition");
