@@ -530,11 +530,15 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
             -- row of commit times (by position) that reaches `since`, since no
             -- earlier row does. Replay's time filter drops earlier commits that
             -- sit later on the timeline.
+            coalesce(
             (SELECT min(c.first_position + u.o - 1) - 1
              FROM (SELECT c.first_position, c.times FROM streams.commit_times c
                    WHERE c.last_time >= since ORDER BY c.first_position LIMIT 1) c
              CROSS JOIN LATERAL unnest(c.times) WITH ORDINALITY AS u(t, o)
-             WHERE u.t >= since)
+             WHERE u.t >= since),
+             -- None: nothing final committed since, or only events retention
+             -- removed (a late commit low in a dropped partition), LS001 here.
+             CASE WHEN streams._retained(NULL, since, NULL) THEN NULL::bigint END)
         -- The transaction's first final event. A transaction id used again
         -- after a restore into another cluster names its newest transaction:
         -- the one of the era of the id's last event.

@@ -244,14 +244,26 @@ CREATE FUNCTION streams.create_subscription(
     types         text[]      DEFAULT NULL,
     filter        jsonb       DEFAULT NULL
 ) RETURNS void
-LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT streams._create_subscription(
-        create_subscription.name, create_subscription.stream,
-        streams._start_position('streams.create_subscription', create_subscription.after,
-                                create_subscription.since, create_subscription.from_tx),
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    start bigint := streams._start_position('streams.create_subscription', create_subscription.after,
+                                            create_subscription.since, create_subscription.from_tx);
+BEGIN
+    PERFORM streams._create_subscription(
+        create_subscription.name, create_subscription.stream, start,
         create_subscription.ordered, create_subscription.key, create_subscription.on_dead_letter,
         create_subscription.max_attempts, create_subscription.backoff_min, create_subscription.backoff_max,
-        create_subscription.if_not_exists, create_subscription.types, create_subscription.filter)
+        create_subscription.if_not_exists, create_subscription.types, create_subscription.filter);
+    -- LS001 when it would start below the first position retention kept.
+    -- _retained locks the log until the transaction ends: a drop after it
+    -- waits for this transaction and then sees the new subscription.
+    -- From the arguments given (a since or from_tx checks against the cut's
+    -- time or transaction), or from the start chosen when none was.
+    PERFORM streams._retained(
+        coalesce(create_subscription.after,
+                 CASE WHEN create_subscription.since IS NULL AND create_subscription.from_tx IS NULL THEN start END),
+        create_subscription.since, create_subscription.from_tx);
+END
 $$;
 
 -- streams.alter_subscription(name, max_attempts, backoff_min, backoff_max,
@@ -416,7 +428,9 @@ BEGIN
     -- ends: retention drops a partition only after a lock that waits for
     -- this transaction, and then sees the new position. (Here, not in
     -- Rust: there the extension's own SQLSTATE would become XX000.)
-    PERFORM streams._retained(start, NULL, NULL);
+    PERFORM streams._retained(
+        coalesce(seek.after, CASE WHEN seek.since IS NULL AND seek.from_tx IS NULL THEN start END),
+        seek.since, seek.from_tx);
 END
 $$;
 

@@ -362,6 +362,25 @@ fn reads_below_the_cut_fail_with_ls001_naming_the_first_kept_position() {
     }
     let cut_at: Option<String> = c.query_one("SELECT cut_at::text FROM streams.storage", &[]).unwrap().get(0);
     assert!(cut_at.is_some());
+
+    // A subscription cannot start below the cut either (it would read on
+    // from the first kept position as if nothing were missing).
+    for (args, why) in [
+        ("after => 0".to_owned(), "from the start"),
+        ("after => 19998".to_owned(), "one below the first kept"),
+        (format!("since => '{t15000}'"), "since a removed event's time"),
+        (format!("from_tx => '{x5000}'"), "from a removed transaction"),
+    ] {
+        let err = r
+            .batch_execute(&format!("SELECT streams.create_subscription('below', 'orders', {args})"))
+            .expect_err(&args);
+        assert_eq!(sqlstate(&err), "LS001", "create_subscription {why}: {err}");
+    }
+    let none: i64 = c.query_one("SELECT count(*) FROM streams.subscriptions WHERE name = 'below'", &[]).unwrap().get(0);
+    assert_eq!(none, 0, "nothing created");
+    r.batch_execute("SELECT streams.create_subscription('kept', 'orders', after => 19999)").unwrap();
+    assert_eq!(consume(&mut r, "kept", 3), [20000, 20001, 20002]);
+    r.batch_execute("SELECT streams.create_subscription('now', 'orders')").unwrap();
 }
 
 // --- 5. the gateway ------------------------------------------------------------
@@ -392,4 +411,98 @@ fn the_gateways_catch_up_below_the_cut_is_410_with_ls001() {
     let page: serde_json::Value = serde_json::from_str(&text).unwrap();
     let positions: Vec<i64> = page.as_array().unwrap().iter().map(|e| e["position"].as_i64().unwrap()).collect();
     assert_eq!(positions, pay[19_999..20_009], "{path}");
+}
+
+// --- 6. never silently -------------------------------------------------------
+
+/// Transactions commit out of position order: a partition's newest commit
+/// need not be its highest position's. The cut's time is the latest commit
+/// among the dropped events, so a replay since a time between the two
+/// commits gets LS001, not the kept events alone.
+#[test]
+fn a_replay_since_a_late_commit_below_the_cut_gets_ls001() {
+    let db = TestDb::new();
+    let mut c = partitioned(&db);
+    let mut late = db.connect();
+    late.batch_execute("BEGIN").unwrap();
+    let held = publish(&mut late, "orders", r#"{"late":true}"#);
+    // The rest of the first partition and a little of the second, committed
+    // first (not waited for: the held transaction holds the horizon).
+    let mut newest = 0i64;
+    for n in [5000, 5000, 500] {
+        newest = c
+            .query_one(
+                "SELECT max(p) FROM streams.publish_batch('orders',
+                     ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, $1) g)) p",
+                &[&n],
+            )
+            .unwrap()
+            .get(0);
+    }
+    std::thread::sleep(Duration::from_millis(20)); // two distinct commit times
+    late.batch_execute("COMMIT").unwrap();
+    wait_for_horizon(&mut c, newest);
+    let t_late: String =
+        c.query_one("SELECT time::text FROM streams.events WHERE position = $1", &[&held]).unwrap().get(0);
+    let t_high: String =
+        c.query_one("SELECT time::text FROM streams.events WHERE position = 9999", &[]).unwrap().get(0);
+    assert!(t_late > t_high, "the held event committed last ({t_late} after {t_high})");
+    c.batch_execute("SELECT streams.set_retention(max_age => '0 seconds')").unwrap();
+    wait_for_cut(&mut c, 10000);
+    let err = c.query("SELECT * FROM streams.replay(since => $1::text::timestamptz)", &[&t_late]).expect_err("LS001");
+    assert_eq!(sqlstate(&err), "LS001", "{err}");
+}
+
+/// With overrides_consumers, a subscription whose dead letters were in a
+/// dropped partition is marked (its position is past the cut): its polls
+/// fail with LS001 until a seek, as for events it had not processed.
+#[test]
+fn dropped_dead_letters_mark_their_subscription_lost() {
+    let db = TestDb::new();
+    let mut c = partitioned(&db);
+    let orders = publish_many(&mut c, "orders", 25_000, 5000);
+    c.batch_execute("SELECT streams.create_subscription('parked', 'orders', after => 5000, max_attempts => 1)")
+        .unwrap();
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(try_poll(&mut c, "parked", 1).unwrap(), [orders[5000]]);
+    c.batch_execute(&format!("SELECT streams.nack('parked', {})", orders[5000])).unwrap();
+    c.batch_execute("COMMIT").unwrap();
+    c.batch_execute("SELECT streams.seek('parked', after => 24000)").unwrap();
+    c.batch_execute("SELECT streams.set_retention(max_age => '0 seconds', overrides_consumers => true)").unwrap();
+    wait_for_cut(&mut c, 20000);
+    let lost: Option<i64> =
+        c.query_one("SELECT lost_before FROM streams.subscriptions WHERE name = 'parked'", &[]).unwrap().get(0);
+    assert_eq!(lost, Some(20000), "its dead letter went with the partition");
+    let err = try_poll(&mut c, "parked", 10).unwrap_err();
+    assert_eq!(sqlstate(&err), "LS001", "{err}");
+    c.batch_execute("SELECT streams.seek('parked', after => 24000)").unwrap();
+    assert_eq!(consume(&mut c, "parked", 10), orders[24_000..24_010]);
+}
+
+/// A webhook that holds no partition (disabled after failing for days) and
+/// is left below the cut is marked and, resumed, disabled again with the
+/// reason: never a delivery that skips what retention removed.
+#[test]
+fn a_disabled_webhook_left_below_the_cut_is_not_resumed_across_the_gap() {
+    let (receiver, db) = local_receiver_and_db(&[("/hook", Behaviour::signed(SECRET))]);
+    let mut c = partitioned(&db);
+    publish_many(&mut c, "orders", 25_000, 5000);
+    c.batch_execute(&format!(
+        "SELECT streams.create_webhook('hook', 'orders', '{}', after => 5000, secret => '{SECRET}');
+         SELECT streams.pause_webhook('hook');
+         -- What the webhook worker does after days of failures.
+         UPDATE streams.webhook_state w SET disabled_at = now()
+         FROM streams.subscription_state s WHERE s.id = w.subscription AND s.name = 'hook';",
+        receiver.url("/hook")
+    ))
+    .unwrap();
+    c.batch_execute("SELECT streams.set_retention(max_age => '0 seconds')").unwrap();
+    wait_for_cut(&mut c, 20000);
+    c.batch_execute("SELECT streams.resume_webhook('hook')").unwrap();
+    wait_until("the webhook worker disables it with the reason", WORKER, || {
+        let row = c.query_one("SELECT state, last_error FROM streams.webhooks WHERE name = 'hook'", &[]).unwrap();
+        let (state, error): (String, Option<String>) = (row.get(0), row.get(1));
+        state == "disabled" && error.is_some_and(|e| e.contains("retention removed") && e.contains("20000"))
+    });
+    assert_eq!(receiver.requests("/hook").len(), 0, "nothing was delivered across the gap");
 }

@@ -131,6 +131,11 @@ pub(crate) const REMOVED: &std::ffi::CStr = c"event_log_removed";
 /// transaction, which a drop has to wait for.
 #[pg_extern(sql = false)]
 fn _first_position() -> Option<i64> {
+    first_kept()
+}
+
+/// See [`_first_position`].
+pub(crate) fn first_kept() -> Option<i64> {
     let log = log_table()?;
     let lowest = of_table(log).first().copied()?;
     // SAFETY: a syscache lookup of a partition the lock above keeps in place; the name is

@@ -80,6 +80,18 @@ pub(super) fn next_request(
     };
     // It reads the log, then the view: the readers' lock order first.
     crate::log::catalog::lock_for_reading();
+    // Retention removed events it had not delivered (overrides_consumers, a
+    // disabled webhook, one created below the cut): disabled, never a gap.
+    if let Some(first) = crate::log::partitions::first_kept().filter(|&first| webhook.position < first - 1) {
+        return Err((
+            format!(
+                "retention removed events it had not delivered: the log holds the positions from {first} on \
+                 (SQLSTATE LS001); drop it and create it again with after => {}",
+                first - 1
+            ),
+            true,
+        ));
+    }
     let envelope = crate::log::catalog::extension_log().is_some_and(crate::log::catalog::log_has_envelope);
     let read = Spi::connect_mut(|client| {
         let Some((planned_last, planned_bytes)) = plan_request(client, webhook, &selector, upto)? else {
