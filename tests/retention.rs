@@ -506,3 +506,30 @@ fn a_disabled_webhook_left_below_the_cut_is_not_resumed_across_the_gap() {
     });
     assert_eq!(receiver.requests("/hook").len(), 0, "nothing was delivered across the gap");
 }
+
+/// A stream whose every event retention removed still has a head: an
+/// append that expects it to be new (expected_prev => 0) fails with 40001
+/// naming its last event, and one that expects that event goes in.
+#[test]
+fn a_stream_whose_events_were_all_removed_is_not_new() {
+    let db = TestDb::new();
+    let mut c = partitioned(&db);
+    let gone: Vec<i64> = (0..3).map(|i| publish(&mut c, "gone.s", &format!("{{\"i\":{i}}}"))).collect();
+    publish_many(&mut c, "orders", 25_000, 5000);
+    wait_until("the worker counts gone.s", WORKER, || {
+        c.query_opt("SELECT last_position FROM streams.streams WHERE stream = 'gone.s'", &[])
+            .unwrap()
+            .is_some_and(|r| r.get::<_, i64>(0) == gone[2])
+    });
+    c.batch_execute("SELECT streams.set_retention(max_age => '0 seconds')").unwrap();
+    wait_for_cut(&mut c, 20000);
+    let err = c.query_one("SELECT streams.publish('gone.s', '{}', expected_prev => 0)", &[]).expect_err("not new");
+    assert_eq!(sqlstate(&err), "40001", "{err}");
+    let detail = err.as_db_error().and_then(|e| e.detail()).unwrap_or_default().to_owned();
+    assert!(detail.contains(&gone[2].to_string()), "names its last event: {detail}");
+    let p: i64 =
+        c.query_one("SELECT streams.publish('gone.s', '{}', expected_prev => $1)", &[&gone[2]]).unwrap().get(0);
+    assert!(p > 25_000);
+    // A stream that never had an event is new, after the cut as before.
+    c.query_one("SELECT streams.publish('fresh.s', '{}', expected_prev => 0)", &[]).unwrap();
+}

@@ -49,7 +49,7 @@ pub(super) fn make_partitions_ahead(wanted: bool) -> Option<i64> {
             // pg_write_all_data, say): one partition from the highest one's
             // end up to the newest position's, not one per partition size
             // (thousands of them would fill the lock table in one transaction).
-            let at = if newest - end > size { newest } else { end };
+            let at = if (newest - end) / size > MAX_PARTITIONS_PER_PASS { newest } else { end };
             Spi::run_with_args("SELECT streams._add_partition($1)", &[at.into()]).context("making a partition ahead");
             // SAFETY: inside this maintenance transaction.
             unsafe { pg_sys::CommandCounterIncrement() };
@@ -66,6 +66,11 @@ pub(super) fn make_partitions_ahead(wanted: bool) -> Option<i64> {
         None
     })
 }
+
+/// More partitions than this missing below the newest position: the gap
+/// gets one partition. A batch of many partitions' worth still gets its
+/// partitions of the set size.
+const MAX_PARTITIONS_PER_PASS: i64 = 64;
 
 /// What retention would drop next.
 struct Due {

@@ -14,7 +14,7 @@
 
 use pgrx::pg_sys;
 
-use crate::error::StreamsError;
+use crate::error::{SpiContext, StreamsError};
 use crate::log::partitions;
 use litebase_streams_core::keys::stream_lock_name;
 
@@ -90,13 +90,17 @@ unsafe fn newest_position(log: pg_sys::Oid, index: pg_sys::Oid, stream: pg_sys::
 /// is the text datum of `stream`.
 pub(crate) unsafe fn check(
     log: pg_sys::Oid,
+    owner: pg_sys::Oid,
     stream: &str,
     stream_datum: pg_sys::Datum,
     expected: i64,
     duplicate: impl FnOnce() -> Option<Vec<i64>>,
 ) -> Option<Vec<i64>> {
     lock_stream(stream);
-    let actual = newest_in_log(log, stream_datum);
+    let actual = match newest_in_log(log, stream_datum) {
+        0 => removed_head(owner, stream),
+        newest => newest,
+    };
     if actual == expected {
         return None;
     }
@@ -104,6 +108,26 @@ pub(crate) unsafe fn check(
         return Some(positions);
     }
     StreamsError::UnexpectedPrev { stream: stream.to_owned(), expected, actual }.raise()
+}
+
+/// The newest position of a stream with no event in the log, when
+/// retention removed every one it had (0: none, or nothing removed): the
+/// worker's count of final events (streams.stream_stats) still holds it.
+/// So a stream with history is never taken for a new one (expected_prev
+/// => 0), and the expected position names its last event, removed or not.
+fn removed_head(owner: pg_sys::Oid, stream: &str) -> i64 {
+    if partitions::first_kept().is_none() {
+        return 0;
+    }
+    crate::log::privileges::as_owner(owner, || {
+        pgrx::Spi::get_one_with_args::<i64>(
+            // One row always (null: not counted), as get_one needs.
+            "SELECT (SELECT s.last_position FROM streams.stream_stats s WHERE s.stream OPERATOR(pg_catalog.=) $1)",
+            &[stream.into()],
+        )
+    })
+    .context("reading the stream's count")
+    .unwrap_or(0)
 }
 
 /// The newest position of `stream` in the log `log`, committed or not

@@ -263,7 +263,7 @@ impl Request {
             // A retry of the append that moved the stream (committed while
             // this one waited for the stream) is a duplicate, not a conflict.
             let retried = || self.idempotency_key.and_then(|key| idempotency::remembered(owner, stream_datum, key));
-            if let Some(positions) = expected::check(log, stream, stream_datum, expected, retried) {
+            if let Some(positions) = expected::check(log, owner, stream, stream_datum, expected, retried) {
                 return duplicate(positions);
             }
         }
