@@ -152,6 +152,17 @@ fn retention_never_cuts_below_a_subscription_or_a_webhook() {
     assert_eq!(consume(&mut c, "slow", 10_000), orders[30_000..], "the subscription reads on");
 }
 
+/// Subscription `parked` from after 5000, one attempt per event: its first
+/// event (`first`, 5001) fails once and is parked as a dead letter.
+fn park_after_5000(c: &mut Client, first: i64) {
+    c.batch_execute("SELECT streams.create_subscription('parked', 'orders', after => 5000, max_attempts => 1)")
+        .unwrap();
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(try_poll(c, "parked", 1).unwrap(), [first]);
+    c.batch_execute(&format!("SELECT streams.nack('parked', {first})")).unwrap();
+    c.batch_execute("COMMIT").unwrap();
+}
+
 /// A dead letter holds its partition until it is discarded, also when its
 /// subscription has gone past it.
 #[test]
@@ -159,14 +170,8 @@ fn a_dead_letter_holds_its_partition() {
     let db = TestDb::new();
     let mut c = partitioned(&db);
     let orders = publish_many(&mut c, "orders", 25_000, 5000);
-    c.batch_execute("SELECT streams.create_subscription('parked', 'orders', after => 5000, max_attempts => 1)")
-        .unwrap();
     // Event 5001 fails once and is parked; the subscription goes on past it.
-    c.batch_execute("BEGIN").unwrap();
-    let polled = try_poll(&mut c, "parked", 1).unwrap();
-    assert_eq!(polled, [orders[5000]]);
-    c.batch_execute(&format!("SELECT streams.nack('parked', {})", orders[5000])).unwrap();
-    c.batch_execute("COMMIT").unwrap();
+    park_after_5000(&mut c, orders[5000]);
     let parked: i64 = c
         .query_one("SELECT count(*) FROM streams.subscription_failures WHERE position = $1", &[&orders[5000]])
         .unwrap()
@@ -461,12 +466,7 @@ fn dropped_dead_letters_mark_their_subscription_lost() {
     let db = TestDb::new();
     let mut c = partitioned(&db);
     let orders = publish_many(&mut c, "orders", 25_000, 5000);
-    c.batch_execute("SELECT streams.create_subscription('parked', 'orders', after => 5000, max_attempts => 1)")
-        .unwrap();
-    c.batch_execute("BEGIN").unwrap();
-    assert_eq!(try_poll(&mut c, "parked", 1).unwrap(), [orders[5000]]);
-    c.batch_execute(&format!("SELECT streams.nack('parked', {})", orders[5000])).unwrap();
-    c.batch_execute("COMMIT").unwrap();
+    park_after_5000(&mut c, orders[5000]);
     c.batch_execute("SELECT streams.seek('parked', after => 24000)").unwrap();
     c.batch_execute("SELECT streams.set_retention(max_age => '0 seconds', overrides_consumers => true)").unwrap();
     wait_for_cut(&mut c, 20000);

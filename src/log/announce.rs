@@ -130,19 +130,7 @@ fn wait_for_backlog() {
         if shmem::lowest_position_held(db).is_some_and(|low| within_limit(low.saturating_sub(1))) {
             return; // the rest waits for an open transaction, not for the worker
         }
-        // SAFETY: MyLatch is this backend's own latch; WaitLatch and ResetLatch
-        // are the documented pair, and CHECK_FOR_INTERRUPTS turns a cancel into
-        // an ERROR through pgrx's guard.
-        unsafe {
-            pg_sys::WaitLatch(
-                pg_sys::MyLatch,
-                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-                1,
-                pg_sys::PG_WAIT_EXTENSION,
-            );
-            pg_sys::ResetLatch(pg_sys::MyLatch);
-        }
-        pg_sys::check_for_interrupts!();
+        shmem::nap_on_latch(1);
     }
 }
 

@@ -203,21 +203,10 @@ fn wait_for_worker(log: pg_sys::Oid, position: i64) -> Vec<Partition> {
             return of_table(log);
         }
         entry.wake_for_partitions();
-        // SAFETY: MyLatch is this backend's own latch; WaitLatch and ResetLatch are the
-        // documented pair; AcceptInvalidationMessages makes a partition the worker committed
-        // visible to the relation cache; CHECK_FOR_INTERRUPTS turns a cancel into an ERROR
-        // through pgrx's guard.
-        unsafe {
-            pg_sys::WaitLatch(
-                pg_sys::MyLatch,
-                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-                2,
-                pg_sys::PG_WAIT_EXTENSION,
-            );
-            pg_sys::ResetLatch(pg_sys::MyLatch);
-            pg_sys::check_for_interrupts!();
-            pg_sys::AcceptInvalidationMessages();
-        }
+        crate::shmem::nap_on_latch(2);
+        // SAFETY: processes the invalidation messages queued for this backend: a partition the
+        // worker committed becomes visible to the relation cache.
+        unsafe { pg_sys::AcceptInvalidationMessages() };
         let partitions = of_table(log);
         if holding(&partitions, position).is_some() || std::time::Instant::now() >= deadline {
             return partitions;

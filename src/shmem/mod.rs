@@ -211,6 +211,25 @@ pub fn set_launcher(procno: i32) {
     unsafe { (*header()).launcher_procno.store(procno, Ordering::Release) };
 }
 
+/// A backend's short wait for another process (the worker): on its own
+/// latch for at most `milliseconds`, then a cancel or terminate ends it
+/// with an ERROR.
+pub fn nap_on_latch(milliseconds: i64) {
+    // SAFETY: MyLatch is this backend's own latch; WaitLatch and ResetLatch
+    // are the documented pair, and CHECK_FOR_INTERRUPTS turns a cancel into
+    // an ERROR through pgrx's guard.
+    unsafe {
+        pg_sys::WaitLatch(
+            pg_sys::MyLatch,
+            (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+            milliseconds,
+            pg_sys::PG_WAIT_EXTENSION,
+        );
+        pg_sys::ResetLatch(pg_sys::MyLatch);
+    }
+    pg_sys::check_for_interrupts!();
+}
+
 /// Wake the launcher. Atomics and `SetLatch` only.
 pub fn wake_launcher() {
     // SAFETY: header() points into shared memory that lives as long as the server; an atomic load.
