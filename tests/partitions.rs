@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -468,23 +467,6 @@ fn archived_partitions_read_as_before_row_for_row() {
 }
 
 // --- 5. dump and restore ---------------------------------------------------
-
-/// Run a client program of the server's installation (pg_dump, pg_restore)
-/// against the test cluster as `postgres`; panics with its stderr on failure.
-fn run_pg_tool(tool: &str, args: &[&str]) {
-    let output = Command::new(format!("{}/{tool}", env("LITEBASE_STREAMS_PG_BINDIR")))
-        .args(["-h", &env("LITEBASE_STREAMS_PGHOST"), "-p", &env("LITEBASE_STREAMS_PGPORT")])
-        .args(["-U", "postgres", "--no-password"])
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{tool} runs: {e}"));
-    assert!(
-        output.status.success(),
-        "{tool} {args:?} failed ({}):\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
 
 #[test]
 fn dump_and_restore_bring_back_every_event_of_every_partition() {

@@ -15,7 +15,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -164,25 +163,6 @@ fn status_row(client: &mut Client) -> (i64, Option<String>, Option<i64>) {
         .query_one("SELECT newest_position, worker_state, holder_position FROM streams.status", &[])
         .expect("SELECT FROM streams.status");
     (row.get(0), row.get(1), row.get(2))
-}
-
-/// Run a client program of the server's installation (pg_dump, pg_restore)
-/// against the test cluster as `postgres`; panics with its stderr on failure.
-fn run_pg_tool(tool: &str, args: &[&str]) {
-    let bindir = std::env::var("LITEBASE_STREAMS_PG_BINDIR").expect("LITEBASE_STREAMS_PG_BINDIR is set");
-    let host = std::env::var("LITEBASE_STREAMS_PGHOST").expect("LITEBASE_STREAMS_PGHOST is set");
-    let port = std::env::var("LITEBASE_STREAMS_PGPORT").expect("LITEBASE_STREAMS_PGPORT is set");
-    let output = Command::new(format!("{bindir}/{tool}"))
-        .args(["-h", &host, "-p", &port, "-U", "postgres", "--no-password"])
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{tool} runs: {e}"));
-    assert!(
-        output.status.success(),
-        "{tool} {args:?} failed ({}):\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 /// A file in the scratch directory, removed at the end.

@@ -373,22 +373,19 @@ impl DbEntry {
     /// worker serves the database. Atomics and `SetLatch` only.
     pub fn wake_for_deliveries(&self) -> bool {
         self.deliveries_wanted.store(true, Ordering::SeqCst);
-        let procno = self.worker_procno.load(Ordering::Acquire);
-        if procno < 0 || self.worker_pid.load(Ordering::Acquire) == 0 {
-            return false;
-        }
-        // SAFETY: as in wake_worker.
-        unsafe {
-            let proc_ = (*pg_sys::ProcGlobal).allProcs.add(procno as usize);
-            pg_sys::SetLatch(&raw mut (*proc_).procLatch);
-        }
-        true
+        self.set_worker_latch()
     }
 
-    /// Ask the worker to make the log's missing partition: whether a worker
-    /// serves the database. Atomics and `SetLatch` only.
-    pub fn wake_for_partitions(&self) -> bool {
+    /// Ask the worker to make the log's missing partition. Atomics and
+    /// `SetLatch` only.
+    pub fn wake_for_partitions(&self) {
         self.partitions_wanted.store(true, Ordering::SeqCst);
+        self.set_worker_latch();
+    }
+
+    /// Set the worker's latch, after a flag it looks at: whether a worker
+    /// serves the database.
+    fn set_worker_latch(&self) -> bool {
         let procno = self.worker_procno.load(Ordering::Acquire);
         if procno < 0 || self.worker_pid.load(Ordering::Acquire) == 0 {
             return false;

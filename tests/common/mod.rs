@@ -298,6 +298,23 @@ pub fn pg_ctl(args: &[&str]) {
     assert!(status.success(), "pg_ctl {args:?} failed");
 }
 
+/// Run a client program of the server's installation (pg_dump, pg_restore)
+/// against the test cluster as `postgres`; panics with its stderr on failure.
+pub fn run_pg_tool(tool: &str, args: &[&str]) {
+    let output = Command::new(format!("{}/{tool}", env("LITEBASE_STREAMS_PG_BINDIR")))
+        .args(["-h", &env("LITEBASE_STREAMS_PGHOST"), "-p", &env("LITEBASE_STREAMS_PGPORT")])
+        .args(["-U", "postgres", "--no-password"])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{tool} runs: {e}"));
+    assert!(
+        output.status.success(),
+        "{tool} {args:?} failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// A command run as the server's OS user (`runuser` when the tests run as root).
 pub fn as_server_user(program: &str) -> Command {
     match std::env::var("LITEBASE_STREAMS_RUNAS").unwrap_or_default() {
