@@ -433,17 +433,7 @@ fn a_replay_since_a_late_commit_below_the_cut_gets_ls001() {
     let held = publish(&mut late, "orders", r#"{"late":true}"#);
     // The rest of the first partition and a little of the second, committed
     // first (not waited for: the held transaction holds the horizon).
-    let mut newest = 0i64;
-    for n in [5000, 5000, 500] {
-        newest = c
-            .query_one(
-                "SELECT max(p) FROM streams.publish_batch('orders',
-                     ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, $1) g)) p",
-                &[&n],
-            )
-            .unwrap()
-            .get(0);
-    }
+    let newest = *publish_batches(&mut c, "orders", 10_500, 5000, "jsonb_build_object('n', g)").last().unwrap();
     std::thread::sleep(Duration::from_millis(20)); // two distinct commit times
     late.batch_execute("COMMIT").unwrap();
     wait_for_horizon(&mut c, newest);

@@ -541,19 +541,24 @@ pub fn partitions(client: &mut Client) -> Vec<Partition> {
 /// transaction (quicker than one by one for the tens of thousands a
 /// partitioned log needs), and wait until they are final. Their positions.
 pub fn publish_many(client: &mut Client, stream: &str, count: usize, per_tx: usize) -> Vec<i64> {
+    let positions =
+        publish_batches(client, stream, count, per_tx, "jsonb_build_object('n', g, 'pad', repeat('x', 40))");
+    wait_for_horizon(client, *positions.last().unwrap());
+    positions
+}
+
+/// Publish `count` events to `stream` with publish_batch, `per_tx` to a
+/// transaction, each event `object` (SQL of the series number `g`), and
+/// return their positions without waiting for them to become final.
+pub fn publish_batches(client: &mut Client, stream: &str, count: usize, per_tx: usize, object: &str) -> Vec<i64> {
+    let sql =
+        format!("SELECT p FROM streams.publish_batch($1, ARRAY(SELECT {object} FROM generate_series(1, $2) g)) p");
     let mut positions = Vec::with_capacity(count);
     while positions.len() < count {
         let n = per_tx.min(count - positions.len()) as i32;
-        let batch = client
-            .query(
-                "SELECT p FROM streams.publish_batch($1,
-                     ARRAY(SELECT jsonb_build_object('n', g, 'pad', repeat('x', 40)) FROM generate_series(1, $2) g)) p",
-                &[&stream, &n],
-            )
-            .unwrap();
+        let batch = client.query(&sql, &[&stream, &n]).unwrap();
         positions.extend(batch.iter().map(|r| r.get::<_, i64>(0)));
     }
-    wait_for_horizon(client, *positions.last().unwrap());
     positions
 }
 

@@ -10,23 +10,12 @@ use std::time::{Duration, Instant};
 use postgres::{Client, Config};
 
 use super::pgbouncer::{column, rows};
-use super::{connect_retrying, sqlstate, wait_for_horizon, wait_until};
+use super::{connect_retrying, publish_batches, sqlstate, wait_for_horizon, wait_until};
 
 /// Publish `count` events to `stream`, `per_tx` to a transaction, and wait
 /// until they are final. Their positions, in order.
 pub fn publish_events(c: &mut Client, stream: &str, count: usize, per_tx: usize) -> Vec<i64> {
-    let mut positions = Vec::new();
-    while positions.len() < count {
-        let n = per_tx.min(count - positions.len()) as i32;
-        let batch = c
-            .query(
-                "SELECT p FROM streams.publish_batch($1,
-                     ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, $2) g)) p",
-                &[&stream, &n],
-            )
-            .unwrap();
-        positions.extend(batch.iter().map(|r| r.get::<_, i64>(0)));
-    }
+    let positions = publish_batches(c, stream, count, per_tx, "jsonb_build_object('n', g)");
     wait_for_horizon(c, *positions.last().unwrap());
     positions
 }
