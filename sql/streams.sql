@@ -80,6 +80,10 @@ CREATE TABLE streams.commit_times (
     inexact        bigint[]
 ) WITH (toast_tuple_target = 8160);
 CREATE INDEX commit_times_last_time ON streams.commit_times (last_time);
+-- The first row (by position) that reaches a time, found in the index alone:
+-- replay(since => ..) walks it from the start of the log (a few hundred
+-- bytes per 4,096 positions) without reading the rows' times.
+CREATE INDEX commit_times_position_time ON streams.commit_times (first_position, last_time);
 
 -- The persisted horizon: every position at or below it is final. One row,
 -- written by the worker. `delivered`: the last position notified, when
@@ -516,6 +520,13 @@ BEGIN
 END
 $$;
 
+-- streams._first_time_reaching(times timestamptz[], since timestamptz) -> integer
+-- The 1-based index of the first of a row's commit times at or after since
+-- (null: none); _replay_start's search of the row it found.
+CREATE FUNCTION streams._first_time_reaching(times timestamptz[], since timestamptz) RETURNS integer
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', '_first_time_reaching_wrapper';
+COMMENT ON FUNCTION streams._first_time_reaching(timestamptz[], timestamptz) IS 'Internal: the index of the first of a row''s commit times at or after a time.';
+
 -- streams._replay_start(since, from_tx) -> bigint
 -- Where a replay from a time or a transaction starts: the position after which
 -- events are returned, or null when it names nothing final (yet).
@@ -523,39 +534,52 @@ $$;
 -- find a position; replay then returns what the caller may read); granted
 -- with the 'read' privilege, not to PUBLIC.
 CREATE FUNCTION streams._replay_start(since timestamptz, from_tx xid8) RETURNS bigint
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE
-        WHEN since IS NOT NULL THEN
-            -- The first final event committed at or after `since`: in the first
-            -- row of commit times (by position) that reaches `since`, since no
-            -- earlier row does. Replay's time filter drops earlier commits that
-            -- sit later on the timeline.
-            coalesce(
-            (SELECT min(c.first_position + u.o - 1) - 1
-             FROM (SELECT c.first_position, c.times FROM streams.commit_times c
-                   WHERE c.last_time >= since ORDER BY c.first_position LIMIT 1) c
-             CROSS JOIN LATERAL unnest(c.times) WITH ORDINALITY AS u(t, o)
-             WHERE u.t >= since),
-             -- None: nothing final committed since, or only events retention
-             -- removed (a late commit low in a dropped partition), LS001 here.
-             CASE WHEN streams._retained(NULL, since, NULL) THEN NULL::bigint END)
-        -- The transaction's first final event. A transaction id used again
-        -- after a restore into another cluster names its newest transaction:
-        -- the one of the era of the id's last event.
-        ELSE coalesce(
-             (WITH hit AS (
-                  SELECT e.position FROM streams.event_log e
-                  WHERE e.tx = from_tx
-                    AND e.position <= coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0)),
-              bounds AS (SELECT (SELECT h.era_bounds FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1) AS b)
-              SELECT min(hit.position) - 1 FROM hit, bounds
-              WHERE streams._era(hit.position, bounds.b)
-                    = (SELECT streams._era(max(hit.position), bounds.b) FROM hit)),
-             -- None: a transaction with no final event, or one whose events
-             -- retention removed, LS001 here. (A null start leaves replay no
-             -- partition to read, so its own check of the bounds never runs.)
-             CASE WHEN streams._retained(NULL, NULL, from_tx) THEN NULL::bigint END)
-    END
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+DECLARE
+    start bigint;
+BEGIN
+    -- PL/pgSQL, one query per branch: a replay from a time plans only the
+    -- lookup of commit times, and the session keeps each plan. (As one SQL
+    -- statement both branches were planned at every call, the transaction's
+    -- over every partition of the log, and its cost switched JIT on: 40 ms
+    -- for a lookup of well under one.) jit = off: the transaction's lookup
+    -- is an index probe per partition, never worth compiling.
+    IF since IS NOT NULL THEN
+        -- The first final event committed at or after `since`: in the first
+        -- row of commit times (by position) that reaches `since`, since no
+        -- earlier row does. Replay's time filter drops earlier commits that
+        -- sit later on the timeline. The row is found in the index on
+        -- (first_position, last_time) alone, then read by its key.
+        SELECT c.first_position + streams._first_time_reaching(c.times, since) - 2 INTO start
+        FROM streams.commit_times c
+        WHERE c.first_position = (SELECT f.first_position FROM streams.commit_times f
+                                  WHERE f.last_time >= since ORDER BY f.first_position LIMIT 1);
+        -- None: nothing final committed since, or only events retention
+        -- removed (a late commit low in a dropped partition), LS001 here.
+        IF start IS NULL THEN
+            PERFORM streams._retained(NULL, since, NULL);
+        END IF;
+        RETURN start;
+    END IF;
+    -- The transaction's first final event. A transaction id used again
+    -- after a restore into another cluster names its newest transaction:
+    -- the one of the era of the id's last event.
+    WITH hit AS (
+         SELECT e.position FROM streams.event_log e
+         WHERE e.tx = from_tx
+           AND e.position <= coalesce((SELECT h.horizon FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1), 0)),
+     bounds AS (SELECT (SELECT h.era_bounds FROM streams.horizon_state h ORDER BY h.horizon DESC LIMIT 1) AS b)
+    SELECT min(hit.position) - 1 INTO start FROM hit, bounds
+    WHERE streams._era(hit.position, bounds.b)
+          = (SELECT streams._era(max(hit.position), bounds.b) FROM hit);
+    -- None: a transaction with no final event, or one whose events
+    -- retention removed, LS001 here. (A null start leaves replay no
+    -- partition to read, so its own check of the bounds never runs.)
+    IF start IS NULL AND from_tx IS NOT NULL THEN
+        PERFORM streams._retained(NULL, NULL, from_tx);
+    END IF;
+    RETURN start;
+END
 $$;
 
 -- streams._stream_wildcard(pattern text) -> text
@@ -616,13 +640,16 @@ LANGUAGE sql STABLE AS $$
     WHERE streams._replay_check(replay.after, replay.since, replay.from_tx)
       -- LS001 when retention removed some of what this asks for.
       AND streams._retained(replay.after, replay.since, replay.from_tx)
-      -- after => a position, or nothing: a constant the planner can estimate with.
-      -- With since or from_tx, the later of after and their start (int8larger
-      -- is strict: a start that names nothing final yet returns nothing).
+      -- after => a position, or nothing: a constant the planner can estimate
+      -- with and prune partitions by. With since or from_tx, the later of after
+      -- and their start (int8larger is strict: a start that names nothing final
+      -- yet returns nothing), as a subquery: run once, and the partitions below
+      -- it pruned when the query starts. (As a plain expression the planner
+      -- ran the lookup once per partition to estimate with.)
       AND e.position > CASE WHEN replay.since IS NULL AND replay.from_tx IS NULL
                             THEN coalesce(replay.after, 0)
-                            ELSE pg_catalog.int8larger(coalesce(replay.after, 0),
-                                                       streams._replay_start(replay.since, replay.from_tx)) END
+                            ELSE (SELECT pg_catalog.int8larger(coalesce(replay.after, 0),
+                                         streams._replay_start(replay.since, replay.from_tx))) END
       AND (streams._stream_exact(replay.stream) IS NULL OR e.stream = streams._stream_exact(replay.stream))
       AND (streams._stream_prefix_low(replay.stream) IS NULL
            OR (e.stream >= streams._stream_prefix_low(replay.stream)
@@ -633,7 +660,9 @@ LANGUAGE sql STABLE AS $$
       AND (replay.filter IS NULL OR e.data OPERATOR(pg_catalog.@>) streams._check_filter(replay.filter))
       -- Later commits than `since` only (the start position is the first one).
       AND (replay.since IS NULL OR e."time" >= replay.since)
-      AND e.position <= streams._replay_until(replay.until)
+      -- No until, no clause: the planner would probe every partition's primary
+      -- key for its highest position to estimate position <= the largest bigint.
+      AND (replay.until IS NULL OR e.position <= streams._replay_until(replay.until))
     ORDER BY e.position
     LIMIT streams._replay_limit(replay.max_events)
 $$;
@@ -662,7 +691,8 @@ LANGUAGE sql STABLE AS $$
     SELECT e.*
     FROM streams.events e
     WHERE e.tx = transaction_events.tx
-      AND e.position > streams._replay_start(NULL, transaction_events.tx)
+      -- A subquery: run once (see replay).
+      AND e.position > (SELECT streams._replay_start(NULL, transaction_events.tx))
       AND streams._transaction_final(transaction_events.tx)
       AND streams._retained(NULL, NULL, transaction_events.tx)
     ORDER BY e.position

@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use common::*;
 use postgres::Client;
@@ -153,6 +153,54 @@ fn the_log_is_split_into_contiguous_partitions_the_worker_makes_ahead() {
     let last = *more.last().unwrap();
     let got: Option<i64> = c.query_one("SELECT (streams.get($1)).position", &[&last]).unwrap().get(0);
     assert_eq!(got, Some(last));
+}
+
+/// A replay from a time or a transaction finds its start position once per
+/// query, when it runs: not once per partition while it is planned (the
+/// planner estimates with a stable expression's value, so a start written as
+/// one ran its lookup for every partition of the log, 40 ms at 50
+/// partitions), and its answer is the same as on one partition.
+#[test]
+fn a_replay_from_a_time_or_a_transaction_looks_its_start_up_once() {
+    let (_db, mut c) = partitioned_db();
+    let early = publish_many(&mut c, "orders", 25_000, 5000);
+    // A transaction of 5,000 events: its first one is where both start.
+    let row = c.query_one("SELECT time, tx::text FROM streams.events WHERE position = $1", &[&early[12_345]]).unwrap();
+    let (since, tx): (SystemTime, String) = (row.get(0), row.get(1));
+    let late = publish_many(&mut c, "orders", 10_000, 5000);
+    wait_for_horizon(&mut c, *late.last().unwrap());
+    assert!(leaf_partitions(&mut c).len() >= 4, "{:?}", leaf_partitions(&mut c));
+    // Counted in this transaction's function statistics.
+    c.batch_execute("BEGIN; SET LOCAL track_functions = 'all'").unwrap();
+    let lookups = |c: &mut Client| -> i64 {
+        c.query_one(
+            "SELECT coalesce(pg_stat_get_xact_function_calls('streams._replay_start(timestamptz, xid8)'::regprocedure), 0)",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let first = early[10_000];
+    for start in ["since => $1::text::timestamptz", "from_tx => $1::text::xid8"] {
+        let arg = if start.starts_with("since") {
+            c.query_one("SELECT $1::timestamptz::text", &[&since]).unwrap().get::<_, String>(0)
+        } else {
+            tx.clone()
+        };
+        let before = lookups(&mut c);
+        c.query(&format!("EXPLAIN SELECT * FROM streams.replay({start}, max_events => 10)"), &[&arg]).unwrap();
+        assert_eq!(lookups(&mut c), before, "planning {start} looks nothing up");
+        let got: Vec<i64> = c
+            .query(&format!("SELECT position FROM streams.replay({start}, max_events => 3)"), &[&arg])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(lookups(&mut c), before + 1, "running {start} looks its start up once");
+        assert_eq!(got.first(), Some(&first), "{start}: {got:?}");
+        assert_eq!(got.len(), 3);
+    }
+    c.batch_execute("COMMIT").unwrap();
 }
 
 /// The first and last of `positions` and those on either side of each of `boundaries`.

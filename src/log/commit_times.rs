@@ -418,3 +418,18 @@ mod tests {
         assert_eq!(settled_through(&[], &[], 42), 42);
     }
 }
+
+/// `streams._first_time_reaching(times timestamptz[], since timestamptz) →
+/// integer` (sql/streams.sql): the 1-based index of the first time in a row's
+/// `times` at or after `since`, null when none is. `replay(since => ..)`
+/// finds where it starts with it: the same answer as unnesting the row's
+/// 4,096 times and keeping the lowest match, in a fraction of the time.
+#[pg_extern(sql = false, immutable, strict, parallel_safe)]
+pub(crate) fn _first_time_reaching(
+    times: pgrx::Array<TimestampWithTimeZone>,
+    since: TimestampWithTimeZone,
+) -> Option<i32> {
+    let since = since.into_inner();
+    let index = times.iter().position(|time| time.is_some_and(|time| time.into_inner() >= since))?;
+    i32::try_from(index + 1).ok()
+}
