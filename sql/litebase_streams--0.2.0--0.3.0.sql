@@ -908,13 +908,24 @@ COMMENT ON COLUMN streams.events.headers IS 'The event''s headers, a JSON object
 -- streams.stream_head(stream text) -> bigint
 -- The position of the stream's newest final event, 0 when it has none (or
 -- none the caller may read): the version an event-sourcing writer reads
--- before appending with publish(..., expected_prev => it).
+-- before appending with publish(..., expected_prev => it). A stream whose
+-- events retention removed, every one, is not new: its head is its newest
+-- event's position, removed or not, from the worker's count (streams.streams,
+-- as the caller), which is what publish checks expected_prev against.
+-- PL/pgSQL: the session keeps the plans (streams.streams is created later
+-- in the script, too).
 CREATE FUNCTION streams.stream_head(stream text) RETURNS bigint
-LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT coalesce((SELECT e.position FROM streams.events e WHERE e.stream = stream_head.stream
-                     ORDER BY e.position DESC LIMIT 1), 0)
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN coalesce(
+        (SELECT e.position FROM streams.events e WHERE e.stream = stream_head.stream
+         ORDER BY e.position DESC LIMIT 1),
+        (SELECT s.last_position FROM streams.streams s
+         WHERE s.stream = stream_head.stream AND s.last_position < streams._first_position()),
+        0);
+END
 $$;
-COMMENT ON FUNCTION streams.stream_head(text) IS 'The position of a stream''s newest final event (0: none): the expected_prev of the next append.';
+COMMENT ON FUNCTION streams.stream_head(text) IS 'The position of a stream''s newest final event (0: none; one retention removed still counts): the expected_prev of the next append.';
 
 DROP FUNCTION streams.publish_batch(text, jsonb[]);
 DROP FUNCTION streams._publish_batch(text, jsonb[]);

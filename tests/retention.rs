@@ -517,9 +517,17 @@ fn a_stream_whose_events_were_all_removed_is_not_new() {
     assert_eq!(sqlstate(&err), "40001", "{err}");
     let detail = err.as_db_error().and_then(|e| e.detail()).unwrap_or_default().to_owned();
     assert!(detail.contains(&gone[2].to_string()), "names its last event: {detail}");
-    let p: i64 =
-        c.query_one("SELECT streams.publish('gone.s', '{}', expected_prev => $1)", &[&gone[2]]).unwrap().get(0);
+    // stream_head says so too, and a writer that appends from it succeeds.
+    let head: i64 = c.query_one("SELECT streams.stream_head('gone.s')", &[]).unwrap().get(0);
+    assert_eq!(head, gone[2], "the head of a stream retention emptied is its last event");
+    let p: i64 = c
+        .query_one("SELECT streams.publish('gone.s', '{}', expected_prev => streams.stream_head('gone.s'))", &[])
+        .unwrap()
+        .get(0);
     assert!(p > 25_000);
+    wait_for_horizon(&mut c, p);
+    let head: i64 = c.query_one("SELECT streams.stream_head('gone.s')", &[]).unwrap().get(0);
+    assert_eq!(head, p, "then its new event, once final");
     // A stream that never had an event is new, after the cut as before.
     c.query_one("SELECT streams.publish('fresh.s', '{}', expected_prev => 0)", &[]).unwrap();
 }
