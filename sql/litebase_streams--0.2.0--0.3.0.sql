@@ -1867,6 +1867,28 @@ END
 $$;
 COMMENT ON FUNCTION streams._storage() IS 'Internal: the storage settings (partition size, retention, the last cut), defaults when unset.';
 
+-- streams._owner_only(rel regclass) -> void
+-- Revoke every privilege on a table but its owner's: the owner's default
+-- privileges (ALTER DEFAULT PRIVILEGES) grant a new table to others, and a
+-- partition is read through the log alone. Called by the SECURITY DEFINER
+-- functions that make partitions, as the log's owner; not for PUBLIC.
+CREATE FUNCTION streams._owner_only(rel regclass) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    grantee text;
+BEGIN
+    FOR grantee IN
+        SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END
+        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+        WHERE c.oid = rel AND a.grantee <> c.relowner
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', rel, grantee);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION streams._owner_only(regclass) IS 'Internal: revoke every privilege on a table but its owner''s.';
+REVOKE EXECUTE ON FUNCTION streams._owner_only(regclass) FROM PUBLIC;
+
 -- streams._add_partition(position bigint) -> regclass
 -- Make the partition that holds `position`, unless one does: from the end
 -- of the partition below it (the start for the first) up to the next
@@ -1889,7 +1911,6 @@ DECLARE
     upper_bound bigint;
     name text;
     made regclass;
-    grantee text;
 BEGIN
     -- One maker at a time (the attach would wait for the other anyway).
     LOCK TABLE streams.event_log IN SHARE UPDATE EXCLUSIVE MODE;
@@ -1921,15 +1942,8 @@ BEGIN
     EXECUTE pg_catalog.format('CREATE INDEX %I ON streams.%I USING brin (tx streams.xid8_minmax_ops)
                                WITH (pages_per_range = 16, autosummarize = off)', name || '_tx', name);
     EXECUTE pg_catalog.format('ALTER TABLE streams.%I ENABLE ROW LEVEL SECURITY', name);
-    -- The owner's default privileges (ALTER DEFAULT PRIVILEGES) grant a new
-    -- table to others: nobody but the owner gets a partition.
-    FOR grantee IN
-        SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END
-        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
-        WHERE c.oid = pg_catalog.format('streams.%I', name)::regclass AND a.grantee <> c.relowner
-    LOOP
-        EXECUTE pg_catalog.format('REVOKE ALL ON streams.%I FROM %s', name, grantee);
-    END LOOP;
+    -- Nobody but the owner gets a partition.
+    PERFORM streams._owner_only(pg_catalog.format('streams.%I', name)::regclass);
     EXECUTE pg_catalog.format('ALTER TABLE streams.event_log ATTACH PARTITION streams.%I FOR VALUES FROM (%s) TO (%s)',
         name, coalesce(lower_bound::text, 'MINVALUE'), upper_bound);
     RETURN pg_catalog.format('streams.%I', name)::regclass;
@@ -1950,19 +1964,11 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     -- In the database's default tablespace, as heap tables, whatever the caller's settings.
     SET default_tablespace = '' SET default_table_access_method = heap AS $$
 DECLARE
-    grantee text;
 BEGIN
     CREATE TABLE streams.event_log_removed (position bigint NOT NULL, stream text COLLATE "C" NOT NULL,
         tx xid8 NOT NULL, data jsonb NOT NULL, type text COLLATE "C", key text COLLATE "C", headers jsonb);
     ALTER TABLE streams.event_log_removed ENABLE ROW LEVEL SECURITY;
-    -- As in _add_partition: nobody but the owner gets it.
-    FOR grantee IN
-        SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END
-        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
-        WHERE c.oid = 'streams.event_log_removed'::regclass AND a.grantee <> c.relowner
-    LOOP
-        EXECUTE pg_catalog.format('REVOKE ALL ON streams.event_log_removed FROM %s', grantee);
-    END LOOP;
+    PERFORM streams._owner_only('streams.event_log_removed'::regclass);
     EXECUTE pg_catalog.format('ALTER TABLE streams.event_log ATTACH PARTITION streams.event_log_removed
                                FOR VALUES FROM (MINVALUE) TO (%s)', end_position);
 END
