@@ -2151,10 +2151,15 @@ DECLARE
     p record;
     horizon bigint := streams.horizon();
     needed bigint;
+    counted bigint;
 BEGIN
     IF s.retention_max_age IS NULL AND s.retention_max_size IS NULL THEN
         RETURN;
     END IF;
+    -- Only partitions whose events the worker has counted per stream
+    -- (streams.streams): a stream whose events are all removed keeps its
+    -- last position there, which stream_head and expected_prev read.
+    counted := coalesce((SELECT c.counted_through FROM streams.stream_stats_state c), horizon);
     SELECT sum(x.size) INTO total FROM streams.partitions x;
     -- The lowest position some consumer has not passed: a subscription's
     -- (a webhook's, unless disabled) and every dead letter's.
@@ -2163,7 +2168,7 @@ BEGIN
          WHERE NOT EXISTS (SELECT FROM streams.webhook_state w WHERE w.subscription = t.id AND w.disabled_at IS NOT NULL)),
         (SELECT min(f.position) FROM streams.subscription_failures f WHERE NOT f.discarded));
     FOR p IN SELECT x.partition, x.end_position, x.size, x.newest_time FROM streams.partitions x
-             WHERE x.state IN ('full', 'archived') AND x.end_position <= horizon + 1
+             WHERE x.state IN ('full', 'archived') AND x.end_position <= least(horizon, counted) + 1
              ORDER BY x.first_position NULLS FIRST LOOP
         EXIT WHEN NOT ((s.retention_max_age IS NOT NULL AND p.newest_time < pg_catalog.now() - s.retention_max_age)
                        OR (s.retention_max_size IS NOT NULL AND total > s.retention_max_size));

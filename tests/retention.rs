@@ -497,6 +497,38 @@ fn a_disabled_webhook_left_below_the_cut_is_not_resumed_across_the_gap() {
     assert_eq!(receiver.requests("/hook").len(), 0, "nothing was delivered across the gap");
 }
 
+/// The position sequence moved far ahead (`setval`, which pg_write_all_data
+/// may run): the worker's count per stream crosses the gap in one step
+/// instead of walking it 50,000 positions at a time (it would take days),
+/// and retention, which drops only what the count has passed, then keeps
+/// the head of a stream whose events it removed: stream_head names its last
+/// event and expected_prev => 0 fails.
+#[test]
+fn a_sequence_moved_far_ahead_is_counted_across_the_gap() {
+    let db = TestDb::new();
+    let mut c = partitioned(&db);
+    publish(&mut c, "es.before", "{}");
+    c.batch_execute("SELECT setval('streams.position_seq', 1000000000000)").unwrap();
+    let head = [publish(&mut c, "es.after", "{}"), publish(&mut c, "es.after", "{}")][1];
+    assert!(head > 1_000_000_000_000, "{head}");
+    publish_many(&mut c, "orders", 25_000, 5000);
+    wait_until("the worker counts es.after, past the gap", WORKER, || {
+        c.query_opt("SELECT last_position FROM streams.streams WHERE stream = 'es.after'", &[])
+            .unwrap()
+            .is_some_and(|r| r.get::<_, i64>(0) == head)
+    });
+    c.batch_execute("SELECT streams.set_retention(max_age => '0 seconds')").unwrap();
+    // streams.storage alone: first_position() compares it with streams.status,
+    // which a drop between the two reads would fail.
+    wait_until("retention cuts above es.after's events", WORKER, || {
+        c.query_one("SELECT first_position FROM streams.storage", &[]).unwrap().get::<_, Option<i64>>(0) > Some(head)
+    });
+    let now: i64 = c.query_one("SELECT streams.stream_head('es.after')", &[]).unwrap().get(0);
+    assert_eq!(now, head, "the head of a stream retention emptied, across the gap");
+    let err = c.query_one("SELECT streams.publish('es.after', '{}', expected_prev => 0)", &[]).expect_err("not new");
+    assert_eq!(sqlstate(&err), "40001", "{err}");
+}
+
 /// A stream whose every event retention removed still has a head: an
 /// append that expects it to be new (expected_prev => 0) fails with 40001
 /// naming its last event, and one that expects that event goes in.

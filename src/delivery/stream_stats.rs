@@ -16,7 +16,8 @@
 //!
 //! # Bounded steps
 //!
-//! A step covers at most [`STEP_POSITIONS`] positions, and one pass takes
+//! A step covers at most [`STEP_POSITIONS`] positions from the first event
+//! above the mark (a gap of unused positions costs one step), and one pass takes
 //! steps only until [`PASS_BUDGET`] is spent: a log updated from 0.2.0 with
 //! 100M events (counted_through starts at 0) catches up in short
 //! transactions, between delivery rounds, without holding back delivery for
@@ -92,6 +93,10 @@ const COUNT_STEP: &str = "
     SET counted_through = $2,
         events = events + (SELECT coalesce(pg_catalog.sum(c.events), 0) FROM counted c)::bigint";
 
+/// The first event above a position (null: none): where a step starts.
+const NEXT_EVENT: &str = "SELECT (SELECT e.position FROM streams.event_log e WHERE e.position > $1
+                                  ORDER BY e.position LIMIT 1)";
+
 /// One step: `Some((counted_through, horizon))` after it; None before
 /// the 0.3.0 update, which made the tables.
 fn step() -> Option<(i64, i64)> {
@@ -110,7 +115,17 @@ fn step() -> Option<(i64, i64)> {
         if counted >= horizon {
             return Ok(Some((counted, horizon)));
         }
-        let upto = horizon.min(counted.saturating_add(STEP_POSITIONS));
+        // A step starts at the next event, not at the next position: a gap
+        // of unused positions (a sequence moved far ahead with setval, which
+        // pg_write_all_data may do) is skipped in one step, not walked
+        // 50,000 positions at a time for days.
+        let next = client
+            .select(NEXT_EVENT, Some(1), &[counted.into()])?
+            .first()
+            .get::<i64>(1)?
+            .filter(|&position| position <= horizon);
+        let from = next.map_or(horizon, |position| position - 1);
+        let upto = horizon.min(from.saturating_add(STEP_POSITIONS));
         client.update("SET LOCAL synchronous_commit = off", None, &[])?;
         client.update(COUNT_STEP, None, &[counted.into(), upto.into()])?;
         Ok::<_, pgrx::spi::SpiError>(Some((upto, horizon)))
