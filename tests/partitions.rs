@@ -181,12 +181,8 @@ fn a_replay_from_a_time_or_a_transaction_looks_its_start_up_once() {
         .get(0)
     };
     let first = early[10_000];
-    for start in ["since => $1::text::timestamptz", "from_tx => $1::text::xid8"] {
-        let arg = if start.starts_with("since") {
-            c.query_one("SELECT $1::timestamptz::text", &[&since]).unwrap().get::<_, String>(0)
-        } else {
-            tx.clone()
-        };
+    let since: String = c.query_one("SELECT $1::timestamptz::text", &[&since]).unwrap().get(0);
+    for (start, arg) in [("since => $1::text::timestamptz", since), ("from_tx => $1::text::xid8", tx)] {
         let before = lookups(&mut c);
         c.query(&format!("EXPLAIN SELECT * FROM streams.replay({start}, max_events => 10)"), &[&arg]).unwrap();
         assert_eq!(lookups(&mut c), before, "planning {start} looks nothing up");

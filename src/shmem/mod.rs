@@ -211,13 +211,12 @@ pub fn set_launcher(procno: i32) {
     unsafe { (*header()).launcher_procno.store(procno, Ordering::Release) };
 }
 
-/// A backend's short wait for another process (the worker): on its own
-/// latch for at most `milliseconds`, then a cancel or terminate ends it
-/// with an ERROR.
-pub fn nap_on_latch(milliseconds: i64) {
-    // SAFETY: MyLatch is this backend's own latch; WaitLatch and ResetLatch
-    // are the documented pair, and CHECK_FOR_INTERRUPTS turns a cancel into
-    // an ERROR through pgrx's guard.
+/// Wait on this backend's own latch until it is set or `milliseconds`
+/// pass (the postmaster's death ends the process). The caller resets the
+/// latch and checks for interrupts where its protocol needs them.
+pub fn wait_on_my_latch(milliseconds: i64) {
+    // SAFETY: MyLatch is this backend's own latch, set at process start;
+    // WL_EXIT_ON_PM_DEATH ends the process if the postmaster dies.
     unsafe {
         pg_sys::WaitLatch(
             pg_sys::MyLatch,
@@ -225,8 +224,18 @@ pub fn nap_on_latch(milliseconds: i64) {
             milliseconds,
             pg_sys::PG_WAIT_EXTENSION,
         );
-        pg_sys::ResetLatch(pg_sys::MyLatch);
     }
+}
+
+/// A backend's short wait for another process (the worker): on its own
+/// latch for at most `milliseconds`, then a cancel or terminate ends it
+/// with an ERROR.
+pub fn nap_on_latch(milliseconds: i64) {
+    wait_on_my_latch(milliseconds);
+    // SAFETY: MyLatch is this backend's own latch; ResetLatch after the
+    // wait, and CHECK_FOR_INTERRUPTS turns a cancel into an ERROR through
+    // pgrx's guard.
+    unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
     pg_sys::check_for_interrupts!();
 }
 

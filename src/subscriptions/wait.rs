@@ -61,18 +61,11 @@ impl Waiter {
             return false;
         }
         let nap = due_in.map_or(recheck_after(), |due| due.min(recheck_after()));
-        let timeout = left.min(nap).as_millis().max(1) as std::ffi::c_long;
-        // SAFETY: waits on this backend's own latch; WL_EXIT_ON_PM_DEATH ends
-        // the process if the postmaster dies. Interrupt handlers set the
-        // latch, and CHECK_FOR_INTERRUPTS raises through pgrx's guard.
-        unsafe {
-            pg_sys::WaitLatch(
-                pg_sys::MyLatch,
-                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-                timeout,
-                pg_sys::PG_WAIT_EXTENSION,
-            );
-        }
+        let timeout = i64::try_from(left.min(nap).as_millis()).unwrap_or(i64::MAX).max(1);
+        // Not reset here: reset() comes before the next look for events.
+        // Interrupt handlers set the latch, and CHECK_FOR_INTERRUPTS raises
+        // through pgrx's guard.
+        shmem::wait_on_my_latch(timeout);
         pg_sys::check_for_interrupts!();
         true
     }
