@@ -415,3 +415,71 @@ fn the_poll_reads_its_ranges_by_index_in_a_busy_log_under_a_generic_plan() {
     let everything = generic_read_buffers(&mut c, 1, None, None, &[100_000], &[100_100]);
     assert!(everything < 100, "100 events of '*' read with {everything} buffers (a scan of the whole index?)");
 }
+
+/// A consumer ended (`pg_terminate_backend`) while its poll waits for the
+/// worker to write its delivery down leaves a request that the worker
+/// commits after the consumer's claims are gone. The next consumer's poll
+/// counts that attempt before it decides: at `max_attempts` it parks the
+/// event, and never hands it out once more than allowed.
+#[test]
+fn a_delivery_written_after_its_poller_was_terminated_counts_before_the_next_poll() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT streams.create_subscription('pool', 'jobs', after => 0, ordered => false, max_attempts => 2)",
+    )
+    .unwrap();
+    let event = publish_events(&mut c, "jobs", 1, 1)[0];
+    // Attempt 1: nacked, due again at once.
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(deliveries(&mut c, "pool", 10).unwrap(), [at(event, 1)]);
+    c.batch_execute(&format!(
+        "SELECT streams.nack('pool', {event}, retry_after => '0'); SELECT streams.ack('pool', {event}); COMMIT"
+    ))
+    .unwrap();
+    let mut admin = admin();
+    let worker = StoppedWorker::stop(&mut admin, db.wait_for_worker());
+    let waiting_poll = |admin: &mut Client| -> Option<i32> {
+        admin
+            .query_opt(
+                "SELECT pid FROM pg_stat_activity
+                 WHERE datname = $1 AND query LIKE '%streams.poll(''pool''%' AND wait_event_type = 'Extension'",
+                &[&db.name],
+            )
+            .unwrap()
+            .map(|r| r.get(0))
+    };
+    let in_a_thread = || {
+        let config = db.config();
+        std::thread::spawn(move || {
+            let mut c = connect_retrying(&config);
+            c.batch_execute("BEGIN").unwrap();
+            let got = deliveries(&mut c, "pool", 10)?;
+            c.batch_execute("COMMIT").map(|()| got)
+        })
+    };
+    // Attempt 2: its poller is terminated while the worker is stopped.
+    let doomed = in_a_thread();
+    let mut pid = None;
+    wait_until("the first poll waits for the worker", Duration::from_secs(10), || {
+        pid = waiting_poll(&mut admin);
+        pid.is_some()
+    });
+    admin.execute("SELECT pg_terminate_backend($1)", &[&pid.unwrap()]).unwrap();
+    assert!(doomed.join().unwrap().is_err(), "the terminated poll returned events");
+    wait_until("the terminated backend is gone", Duration::from_secs(10), || !backend_exists(&mut admin, pid.unwrap()));
+    // The next poll starts while that delivery is still waiting, from
+    // another backend slot (a new backend takes the slot freed last, and
+    // with it the terminated poller's request, which it would overwrite).
+    let _slot_taker = db.connect();
+    let next = in_a_thread();
+    wait_until("the next poll waits for the worker", Duration::from_secs(10), || waiting_poll(&mut admin).is_some());
+    drop(worker);
+    let got = next.join().unwrap().unwrap();
+    assert_eq!(got, [], "the next poll handed the event out past max_attempts");
+    assert_eq!(
+        count(&mut c, &format!("SELECT attempts::bigint FROM streams.dead_letters WHERE position = {event}")),
+        2,
+        "parked after its two attempts"
+    );
+}

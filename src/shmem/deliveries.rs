@@ -154,6 +154,35 @@ pub fn delivery_requests(db: pg_sys::Oid) -> Vec<DeliveryRequest> {
     found
 }
 
+/// Whether another backend's request for events of `subscription` (in
+/// database `db`) in `(after, through]` still waits for the worker. A
+/// poller whose transaction ended while it waited (terminated, cancelled)
+/// leaves its request behind, and the worker commits it after the claims
+/// that covered those events are gone. A mailbox rewritten while it is read
+/// counts as waiting: the caller looks again.
+pub fn delivery_in_flight(db: pg_sys::Oid, subscription: i32, after: i64, through: i64) -> bool {
+    if !available() {
+        return false;
+    }
+    let mine = my_mailbox().map(std::ptr::from_ref);
+    mailboxes().iter().filter(|mailbox| Some(std::ptr::from_ref(*mailbox)) != mine).any(|mailbox| {
+        let sequence = mailbox.requested.load(Ordering::Acquire);
+        if sequence == 0
+            || mailbox.done.load(Ordering::Acquire) >= sequence
+            || mailbox.failed.load(Ordering::Acquire) >= sequence
+        {
+            return false;
+        }
+        let len = (mailbox.len.load(Ordering::Relaxed) as usize).min(DELIVERY_RANGES);
+        let overlaps = mailbox.db.load(Ordering::Relaxed) == db.to_u32()
+            && mailbox.subscription.load(Ordering::Relaxed) == subscription
+            && mailbox.ranges[..len]
+                .iter()
+                .any(|r| r[0].load(Ordering::Relaxed) < through && after < r[1].load(Ordering::Relaxed));
+        overlaps || mailbox.requested.load(Ordering::Acquire) != sequence
+    })
+}
+
 /// The worker committed (or could not commit) these requests: tell their
 /// backends. Atomics and `SetLatch` only.
 pub fn answer_deliveries(requests: &[DeliveryRequest], committed: bool) {

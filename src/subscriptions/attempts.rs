@@ -137,13 +137,9 @@ pub(super) fn record(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i6
 
 /// Wait until the worker committed request `sequence` of this backend.
 fn wait_for(sequence: u64) {
-    // SAFETY: a plain read of a backend global set once it is connected.
-    let db = unsafe { pg_sys::MyDatabaseId };
-    let (Some(entry), Some(mailbox)) = (shmem::find_db(db), shmem::my_mailbox()) else {
-        StreamsError::DeliveryNotRecorded { worker: false }.raise()
-    };
+    let Some(mailbox) = shmem::my_mailbox() else { StreamsError::DeliveryNotRecorded { worker: false }.raise() };
     let asked = Instant::now();
-    let mut without_worker: Option<Instant> = None;
+    let mut worker = WorkerWatch::default();
     loop {
         // Reset first: an answer after the look below sets the latch again.
         // SAFETY: MyLatch is this backend's own latch.
@@ -157,23 +153,49 @@ fn wait_for(sequence: u64) {
             DeliveryAnswer::Failed => StreamsError::DeliveryNotRecorded { worker: true }.raise(),
             DeliveryAnswer::Pending => {}
         }
-        if entry.is_for(db) && entry.wake_for_deliveries() {
-            without_worker = None;
-        } else if without_worker.get_or_insert_with(Instant::now).elapsed() > NO_WORKER_GRACE {
+        worker.wake();
+        // The worker sets this latch when it answers; interrupts set it
+        // too, and CHECK_FOR_INTERRUPTS raises through pgrx's guard.
+        shmem::wait_on_my_latch(REWAKE.as_millis() as i64);
+        pg_sys::check_for_interrupts!();
+    }
+}
+
+/// Wait until no other backend's delivery of the subscription's events in
+/// `(after, through]` waits for the worker, so that the count read next
+/// holds it. Called with the events' claim held, before a poll decides on
+/// their attempts: a poller whose transaction ended while its delivery
+/// waited (terminated, cancelled) left the request behind, and the worker
+/// commits it after that claim was let go. Otherwise the next poll would
+/// count from before it and hand an event out past `max_attempts`.
+pub(super) fn await_earlier_deliveries(subscription: i32, after: i64, through: i64) {
+    // SAFETY: a plain read of a backend global set once it is connected.
+    let db = unsafe { pg_sys::MyDatabaseId };
+    let mut worker = WorkerWatch::default();
+    while shmem::delivery_in_flight(db, subscription, after, through) {
+        worker.wake();
+        // The worker answers the other backend, not this one: a short nap.
+        shmem::nap_on_latch(1);
+    }
+}
+
+/// A backend waiting for this database's worker to write deliveries down:
+/// it sets the worker's latch, and gives up (55000) when no worker has been
+/// there for [`NO_WORKER_GRACE`].
+#[derive(Default)]
+struct WorkerWatch {
+    missing_since: Option<Instant>,
+}
+
+impl WorkerWatch {
+    fn wake(&mut self) {
+        // SAFETY: a plain read of a backend global set once it is connected.
+        let db = unsafe { pg_sys::MyDatabaseId };
+        if shmem::find_db(db).is_some_and(|entry| entry.is_for(db) && entry.wake_for_deliveries()) {
+            self.missing_since = None;
+        } else if self.missing_since.get_or_insert_with(Instant::now).elapsed() > NO_WORKER_GRACE {
             StreamsError::DeliveryNotRecorded { worker: false }.raise();
         }
-        // SAFETY: waits on this backend's own latch; WL_EXIT_ON_PM_DEATH ends
-        // the process if the postmaster dies; interrupts set the latch and
-        // CHECK_FOR_INTERRUPTS raises through pgrx's guard.
-        unsafe {
-            pg_sys::WaitLatch(
-                pg_sys::MyLatch,
-                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-                REWAKE.as_millis() as std::ffi::c_long,
-                pg_sys::PG_WAIT_EXTENSION,
-            );
-        }
-        pg_sys::check_for_interrupts!();
     }
 }
 
