@@ -68,7 +68,8 @@ GRANT EXECUTE ON FUNCTION
     streams.seek(text, bigint, timestamptz, xid8),
     streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean, text[], jsonb),
     streams._seek_subscription(text, bigint), streams._poll(text, integer, interval),
-    streams._claim(text, integer, interval, interval), streams._attempt(bigint), streams._chunk(bigint),
+    streams._claim(text, integer, interval, interval), streams._attempt(bigint), streams._await_delivery(),
+    streams._chunk(bigint),
     streams._event_key(text[], text, jsonb, text), streams._bounded_key(text),
     streams._claims(), streams._start_position(text, bigint, timestamptz, xid8) TO PUBLIC;
 

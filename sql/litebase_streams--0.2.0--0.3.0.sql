@@ -561,6 +561,10 @@ LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 
 -- (as_owner), like _commit_time's.
 CREATE FUNCTION streams._attempt("position" bigint) RETURNS integer
 LANGUAGE c VOLATILE STRICT AS 'MODULE_PATHNAME', '_attempt_wrapper';
+-- Waits for the worker's commit of this backend's last poll's delivery;
+-- no SET clause, as _attempt: it runs no SQL.
+CREATE FUNCTION streams._await_delivery() RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', '_await_delivery_wrapper';
 -- streams.create_subscription(name, stream, after, since, from_tx, ordered, key,
 --     max_attempts, backoff_min, backoff_max, on_dead_letter, if_not_exists,
 --     types, filter) -> void
@@ -642,18 +646,19 @@ LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 
 -- wait is over. With lease (ordered subscriptions): claimed for that long
 -- instead, under the lease id in the lease_id column, to settle from any
 -- session with ack(subscription, through, lease) or nack(..., lease => ...).
--- Two statements on purpose: the second one's snapshot sees every claimed
--- event. The second reads the claimed ranges of positions straight from
--- the log (as the caller: its row security applies), the events in each
--- of a stream the pattern selects; only once it read them all (the sort)
--- does it ask each one's attempt, whose first call waits for the worker's
--- commit of the delivery: the flush and the read overlap, and nothing is
--- returned before it. Each range is read by itself (OFFSET 0: not
--- flattened), so that even a generic plan scans an index per range: the
--- (stream, position) one for one stream, the positions for a prefix or
--- '*' (no wider than the claim's own scan of them). A range holds the
--- claimed events and the ones between them that the subscription's
--- wildcard pattern or filters leave out: those are tested again here.
+-- Two statements on purpose: the next ones' snapshots see every claimed
+-- event. Each claimed range of positions (in order, disjoint) is then read
+-- by a statement of its own straight from the log (as the caller: its row
+-- security applies), the events of a stream the pattern selects, in the
+-- order of the index it scans, so nothing is sorted: the (stream,
+-- position) one for one stream, the positions for a prefix or '*' (no
+-- wider than the claim's own scan of them). Each event's attempt is its
+-- count before this poll plus one (read by _claim, with the claims held);
+-- the worker writes the delivery down while the events are read, and
+-- _await_delivery waits for that commit before the function returns:
+-- nothing is returned before it. A range holds the claimed events and the
+-- ones between them that the subscription's wildcard pattern or filters
+-- leave out: those are tested again here.
 CREATE FUNCTION streams.poll(subscription text, max_events integer DEFAULT 100, wait interval DEFAULT '0',
                              lease interval DEFAULT NULL)
 RETURNS TABLE ("position" bigint, stream text, "time" timestamptz, tx xid8, data jsonb, type text, key text,
@@ -669,48 +674,37 @@ BEGIN
         -- Rust, the extension's own SQLSTATE would become XX000).
         PERFORM streams._subscription_lost(poll.subscription, claimed.lost_before);
     END IF;
-    IF claimed.stream IS NOT NULL THEN
-        RETURN QUERY
-        SELECT r.position, r.stream, r.time, r.tx, r.data, r.type, r.key, r.headers,
-               streams._attempt(r.position), claimed.lease
-        FROM (SELECT e.position, e.stream, streams._commit_time(e.position) AS time, e.tx, e.data,
-                     e.type, e.key, e.headers
-              FROM ROWS FROM (pg_catalog.unnest(claimed.afters), pg_catalog.unnest(claimed.throughs))
-                   AS c(after, through)
-              CROSS JOIN LATERAL (
-                  SELECT e.position, e.stream, e.tx, e.data, e.type, e.key, e.headers FROM streams.event_log e
-                  WHERE e.position > c.after AND e.position <= c.through
-                    -- The equality positions the scan of (stream, position) at
-                    -- the range's start, and the redundant range makes a generic
-                    -- plan (which guesses the equality's share from the
-                    -- number of streams) see how narrow it is.
-                    AND e.stream = claimed.stream AND e.stream >= claimed.stream
-                    AND e.stream < claimed.stream OPERATOR(pg_catalog.||) pg_catalog.chr(1)
-                    AND (claimed.types IS NULL OR e.type = ANY (claimed.types))
-                    AND (claimed.filter IS NULL OR e.data OPERATOR(pg_catalog.@>) claimed.filter)
-                  OFFSET 0) e
-              ORDER BY e.position OFFSET 0) r
-        ORDER BY r.position;
-    ELSE
-        RETURN QUERY
-        SELECT r.position, r.stream, r.time, r.tx, r.data, r.type, r.key, r.headers,
-               streams._attempt(r.position), claimed.lease
-        FROM (SELECT e.position, e.stream, streams._commit_time(e.position) AS time, e.tx, e.data,
-                     e.type, e.key, e.headers
-              FROM ROWS FROM (pg_catalog.unnest(claimed.afters), pg_catalog.unnest(claimed.throughs))
-                   AS c(after, through)
-              CROSS JOIN LATERAL (
-                  SELECT e.position, e.stream, e.tx, e.data, e.type, e.key, e.headers FROM streams.event_log e
-                  WHERE e.position > c.after AND e.position <= c.through
-                    AND (claimed.prefix IS NULL
-                         OR pg_catalog.substr(e.stream, 1, pg_catalog.length(claimed.prefix)) = claimed.prefix)
-                    AND (claimed.pattern IS NULL OR streams._stream_matches(e.stream, ARRAY[claimed.pattern]))
-                    AND (claimed.types IS NULL OR e.type = ANY (claimed.types))
-                    AND (claimed.filter IS NULL OR e.data OPERATOR(pg_catalog.@>) claimed.filter)
-                  OFFSET 0) e
-              ORDER BY e.position OFFSET 0) r
-        ORDER BY r.position;
-    END IF;
+    FOR i IN 1 .. pg_catalog.cardinality(claimed.afters) LOOP
+        IF claimed.stream IS NOT NULL THEN
+            RETURN QUERY
+            SELECT e.position, e.stream, streams._commit_time(e.position), e.tx, e.data, e.type, e.key, e.headers,
+                   streams._attempt(e.position), claimed.lease
+            FROM streams.event_log e
+            WHERE e.position > claimed.afters[i] AND e.position <= claimed.throughs[i]
+              -- The equality positions the scan of (stream, position) at the
+              -- range's start, and the redundant range makes a generic plan
+              -- (which guesses the equality's share from the number of
+              -- streams) see how narrow it is.
+              AND e.stream = claimed.stream AND e.stream >= claimed.stream
+              AND e.stream < claimed.stream OPERATOR(pg_catalog.||) pg_catalog.chr(1)
+              AND (claimed.types IS NULL OR e.type = ANY (claimed.types))
+              AND (claimed.filter IS NULL OR e.data OPERATOR(pg_catalog.@>) claimed.filter)
+            ORDER BY e.position;
+        ELSE
+            RETURN QUERY
+            SELECT e.position, e.stream, streams._commit_time(e.position), e.tx, e.data, e.type, e.key, e.headers,
+                   streams._attempt(e.position), claimed.lease
+            FROM streams.event_log e
+            WHERE e.position > claimed.afters[i] AND e.position <= claimed.throughs[i]
+              AND (claimed.prefix IS NULL
+                   OR pg_catalog.substr(e.stream, 1, pg_catalog.length(claimed.prefix)) = claimed.prefix)
+              AND (claimed.pattern IS NULL OR streams._stream_matches(e.stream, ARRAY[claimed.pattern]))
+              AND (claimed.types IS NULL OR e.type = ANY (claimed.types))
+              AND (claimed.filter IS NULL OR e.data OPERATOR(pg_catalog.@>) claimed.filter)
+            ORDER BY e.position;
+        END IF;
+    END LOOP;
+    PERFORM streams._await_delivery();
 END
 $$;
 
@@ -845,7 +839,8 @@ WHERE f.parked_at IS NOT NULL AND NOT f.discarded AND pg_catalog.pg_has_role(s.o
 COMMENT ON FUNCTION streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean, text[], jsonb) IS 'Internal: create_subscription once the start position is known.';
 COMMENT ON FUNCTION streams._poll(text, integer, interval) IS 'Internal: streams._claim without the attempts (the 0.2.0 form, for polls compiled before an update).';
 COMMENT ON FUNCTION streams._claim(text, integer, interval, interval) IS 'Internal: claim the next events of a subscription: its stream (or prefix and pattern), its filters and the ranges of positions holding them.';
-COMMENT ON FUNCTION streams._attempt(bigint) IS 'Internal: the delivery attempt of an event this backend''s last poll claimed, once the worker wrote the delivery down.';
+COMMENT ON FUNCTION streams._attempt(bigint) IS 'Internal: the delivery attempt of an event this backend''s last poll claimed (its count before that poll, plus one).';
+COMMENT ON FUNCTION streams._await_delivery() IS 'Internal: wait until the worker wrote down the delivery of this backend''s last poll.';
 COMMENT ON FUNCTION streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean, text[], jsonb) IS 'Create a durable, named subscription to a stream, ''prefix.*'', ''order.*.failed'' or ''*''; ordered in one sequence, per key, or not; max_attempts and backoff for failing events; types and filter (data @> filter) keep only the matching events.';
 COMMENT ON TABLE streams.subscription_keys IS 'Subscriptions ordered per key: the last processed event of each key above the position.';
 COMMENT ON FUNCTION streams._event_key(text[], text, jsonb, text) IS 'Internal: an event''s key for a subscription ordered per key.';
@@ -885,7 +880,8 @@ REVOKE EXECUTE ON FUNCTION
     streams.nack(text, bigint, interval, text, bigint), streams.retry_dead_letter(text, bigint),
     streams.discard_dead_letter(text, bigint),
     streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean, text[], jsonb),
-    streams._claim(text, integer, interval, interval), streams._attempt(bigint) FROM PUBLIC;
+    streams._claim(text, integer, interval, interval), streams._attempt(bigint),
+    streams._await_delivery() FROM PUBLIC;
 GRANT SELECT ON streams.dead_letters TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
     streams.create_subscription(text, text, bigint, timestamptz, xid8, boolean, text, integer, interval, interval, text, boolean, text[], jsonb),
@@ -895,7 +891,8 @@ GRANT EXECUTE ON FUNCTION
     streams.nack(text, bigint, interval, text, bigint), streams.retry_dead_letter(text, bigint),
     streams.discard_dead_letter(text, bigint),
     streams._create_subscription(text, text, bigint, boolean, text, text, integer, interval, interval, boolean, text[], jsonb),
-    streams._claim(text, integer, interval, interval), streams._attempt(bigint) TO PUBLIC;
+    streams._claim(text, integer, interval, interval), streams._attempt(bigint),
+    streams._await_delivery() TO PUBLIC;
 
 -------------------------------------------------------------------------------
 -- The event envelope, idempotent publish and expected version (issue 25)

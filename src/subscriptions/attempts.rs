@@ -83,14 +83,13 @@ fn _delivery_waits() -> TableIterator<'static, (name!(deliveries, i64), name!(wa
 }
 
 /// The delivery this backend's last poll asked the worker to write down,
-/// and, once written, the segments holding its events' attempts (what
-/// `streams._attempt` answers from).
+/// and the segments that held its events' attempts before it (what
+/// `streams._attempt` answers from: one more).
 struct Pending {
-    subscription: i32,
     /// The request's sequence number; 0 once answered.
     sequence: u64,
     ranges: Vec<(i64, i64)>,
-    segments: Option<Vec<Segment>>,
+    before: Vec<Segment>,
 }
 
 thread_local! {
@@ -99,8 +98,11 @@ thread_local! {
 
 /// Have the worker write down that this backend gets the subscription's
 /// events in each of `ranges` (`(after, through]`), without waiting: the
-/// poll reads the events meanwhile, and `streams._attempt` waits for the
-/// commit before the first of them is returned.
+/// poll reads the events meanwhile, and `streams._await_delivery` waits for
+/// the commit before the poll returns them. The counts are read first,
+/// with the events' claims held and no other delivery of them on its way
+/// (see [`await_earlier_deliveries`]): nothing else changes them before the
+/// worker adds this delivery, so each event's attempt is its count + 1.
 pub(super) fn submit(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i64, i64)]) {
     PENDING.with(|p| *p.borrow_mut() = None);
     if ranges.is_empty() {
@@ -112,9 +114,18 @@ pub(super) fn submit(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i6
     let (Some(entry), Some(mailbox)) = (shmem::find_db(db), shmem::my_mailbox()) else {
         StreamsError::DeliveryNotRecorded { worker: false }.raise()
     };
+    for &(after, through) in ranges {
+        await_earlier_deliveries(subscription, after, through);
+    }
+    let before = super::as_owner(|client| {
+        let mut segments = Vec::new();
+        for &(after, through) in ranges {
+            segments.extend(overlapping(client, subscription, after, through)?);
+        }
+        Ok(segments)
+    });
     let sequence = mailbox.request(db.to_u32(), subscription, (pid, started), lease, ranges);
-    let pending = Pending { subscription, sequence, ranges: ranges.to_vec(), segments: None };
-    PENDING.with(|p| *p.borrow_mut() = Some(pending));
+    PENDING.with(|p| *p.borrow_mut() = Some(Pending { sequence, ranges: ranges.to_vec(), before }));
     // Now, so that the worker writes while the poll reads (no worker: the
     // wait notices).
     if entry.is_for(db) {
@@ -200,37 +211,39 @@ impl WorkerWatch {
 }
 
 /// `streams._attempt(position)`: the delivery attempt of an event this
-/// backend's last poll claimed (NULL for any other). The first call waits
-/// until the worker committed that poll's delivery, then reads its
-/// segments: `streams.poll` calls it on each event once it read them all,
-/// so that the worker's flush and the read overlap and no event is
-/// returned before its delivery is written down.
+/// backend's last poll claimed (NULL for any other): its count before that
+/// poll, plus one. It does not wait: `streams.poll` reads its events, with
+/// their attempts, while the worker writes the delivery down, and then
+/// waits for that commit (`streams._await_delivery`) before it returns
+/// them.
 #[pg_extern(sql = false)]
 fn _attempt(position: i64) -> Option<i32> {
     PENDING.with(|p| {
-        let mut p = p.borrow_mut();
-        let pending = p.as_mut()?;
+        let p = p.borrow();
+        let pending = p.as_ref()?;
         if !pending.ranges.iter().any(|&(after, through)| after < position && position <= through) {
             return None;
         }
-        if pending.segments.is_none() {
-            if pending.sequence != 0 {
-                wait_for(pending.sequence);
+        let before = pending.before.iter().find(|s| s.low < position && position <= s.high);
+        Some(before.map_or(1, |s| s.attempts.saturating_add(1)))
+    })
+}
+
+/// `streams._await_delivery()`: wait until the worker committed the
+/// delivery of this backend's last poll (at once when it did, or when the
+/// poll claimed nothing). `streams.poll` calls it after it read its
+/// events: none is returned before its attempt is written down.
+#[pg_extern(sql = false)]
+fn _await_delivery() {
+    let sequence = PENDING.with(|p| p.borrow().as_ref().map_or(0, |pending| pending.sequence));
+    if sequence != 0 {
+        wait_for(sequence);
+        PENDING.with(|p| {
+            if let Some(pending) = p.borrow_mut().as_mut() {
                 pending.sequence = 0;
             }
-            let (subscription, ranges) = (pending.subscription, &pending.ranges);
-            pending.segments = Some(super::as_owner(|client| {
-                let mut segments = Vec::new();
-                for &(after, through) in ranges {
-                    segments.extend(overlapping(client, subscription, after, through)?);
-                }
-                Ok(segments)
-            }));
-        }
-        // A gap (never: the delivery was just written) is a first attempt.
-        let segments = pending.segments.as_deref().unwrap_or_default();
-        Some(segments.iter().find(|s| s.low < position && position <= s.high).map_or(1, |s| s.attempts))
-    })
+        });
+    }
 }
 
 /// The worker's side: write down every request, in the worker's current

@@ -253,7 +253,7 @@ fn _poll(
 /// filters (types, filter: the ranges hold events that do not pass
 /// them, which the poll leaves out) and the `(after, through]`
 /// ranges of positions holding its events, in order, their delivery on its
-/// way to being written down (`streams._attempt` waits for it); with
+/// way to being written down (`streams._await_delivery` waits for it); with
 /// `lease`, claimed for that long under the lease id returned, and written
 /// down before it returns. `streams.poll` reads the events in its next
 /// statement.

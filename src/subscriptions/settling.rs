@@ -51,15 +51,17 @@ fn _nack(
     if lease.is_none() && !polled_here {
         // After the consuming transaction failed: take what a poll of the
         // event takes. Its consumer holds it now: this session's attempt is over.
-        let locked = if sub.key_path.is_some() {
-            claims::try_lock(sub.id, Key::Token, Hold::Shared)
-                && as_owner(|client| super::keyed::lock_key_of(client, &sub, position)).is_some()
-        } else if !sub.ordered {
-            claims::try_lock(sub.id, Key::Token, Hold::Shared)
-                && claims::try_lock(sub.id, Key::Chunk(claims::chunk_of(position)), Hold::Exclusive)
-        } else {
-            claims::try_lock(sub.id, Key::Token, Hold::Exclusive)
-        };
+        let locked = briefly(|| {
+            if sub.key_path.is_some() {
+                claims::try_lock(sub.id, Key::Token, Hold::Shared)
+                    && as_owner(|client| super::keyed::lock_key_of(client, &sub, position)).is_some()
+            } else if !sub.ordered {
+                claims::try_lock(sub.id, Key::Token, Hold::Shared)
+                    && claims::try_lock(sub.id, Key::Chunk(claims::chunk_of(position)), Hold::Exclusive)
+            } else {
+                claims::try_lock(sub.id, Key::Token, Hold::Exclusive)
+            }
+        });
         if !locked {
             refuse("is being delivered to another transaction").raise();
         }
@@ -114,6 +116,26 @@ fn _nack(
     });
     if polled_here {
         claims::note_nacked(sub.id, position);
+    }
+}
+
+/// How long a nack after a failed transaction tries for the event's claim
+/// before it refuses: a client may see another transaction's statement fail
+/// before that transaction has let go of its locks.
+const LOCK_PATIENCE: Duration = Duration::from_millis(200);
+
+/// Whether `take` (non-blocking lock attempts) succeeds within
+/// [`LOCK_PATIENCE`]; a cancel ends the wait with an ERROR.
+fn briefly(mut take: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+    loop {
+        if take() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        crate::shmem::nap_on_latch(2);
     }
 }
 
