@@ -104,6 +104,17 @@ impl DeliveryMailbox {
         sequence
     }
 
+    /// The request written here last, while the worker has not answered
+    /// it (0: none): one of a poll that failed before it waited, maybe of
+    /// the backend that had this slot before.
+    pub fn unanswered(&self) -> u64 {
+        let sequence = self.requested.load(Ordering::Acquire);
+        match self.answer(sequence) {
+            DeliveryAnswer::Pending => sequence,
+            DeliveryAnswer::Done | DeliveryAnswer::Failed => 0,
+        }
+    }
+
     pub fn answer(&self, sequence: u64) -> DeliveryAnswer {
         if self.done.load(Ordering::Acquire) >= sequence {
             DeliveryAnswer::Done

@@ -114,6 +114,12 @@ pub(super) fn submit(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i6
     let (Some(entry), Some(mailbox)) = (shmem::find_db(db), shmem::my_mailbox()) else {
         StreamsError::DeliveryNotRecorded { worker: false }.raise()
     };
+    // An earlier request of this slot still on its way would be overwritten
+    // or, taken by the worker already, add to the counts read below.
+    let earlier = mailbox.unanswered();
+    if earlier != 0 {
+        await_answer(mailbox, earlier);
+    }
     for &(after, through) in ranges {
         await_earlier_deliveries(subscription, after, through);
     }
@@ -150,19 +156,23 @@ pub(super) fn record(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i6
 fn wait_for(sequence: u64) {
     let Some(mailbox) = shmem::my_mailbox() else { StreamsError::DeliveryNotRecorded { worker: false }.raise() };
     let asked = Instant::now();
+    if await_answer(mailbox, sequence) == DeliveryAnswer::Failed {
+        StreamsError::DeliveryNotRecorded { worker: true }.raise();
+    }
+    let waited = asked.elapsed().as_micros() as i64;
+    WAITS.with(|w| w.set((w.get().0 + 1, w.get().1 + waited)));
+}
+
+/// Wait until the worker answered request `sequence` of `mailbox`.
+fn await_answer(mailbox: &shmem::DeliveryMailbox, sequence: u64) -> DeliveryAnswer {
     let mut worker = WorkerWatch::default();
     loop {
         // Reset first: an answer after the look below sets the latch again.
         // SAFETY: MyLatch is this backend's own latch.
         unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
         match mailbox.answer(sequence) {
-            DeliveryAnswer::Done => {
-                let waited = asked.elapsed().as_micros() as i64;
-                WAITS.with(|w| w.set((w.get().0 + 1, w.get().1 + waited)));
-                return;
-            }
-            DeliveryAnswer::Failed => StreamsError::DeliveryNotRecorded { worker: true }.raise(),
             DeliveryAnswer::Pending => {}
+            answered => return answered,
         }
         worker.wake();
         // The worker sets this latch when it answers; interrupts set it
