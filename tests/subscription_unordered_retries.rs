@@ -424,66 +424,128 @@ fn the_poll_reads_its_ranges_by_index_in_a_busy_log_under_a_generic_plan() {
 /// worker to write its delivery down leaves a request that the worker
 /// commits after the consumer's claims are gone. The next consumer's poll
 /// counts that attempt before it decides: at `max_attempts` it parks the
-/// event, and never hands it out once more than allowed.
+/// event, and never hands it out once more than allowed. Whether the next
+/// consumer's backend takes the terminated one's slot (a new backend gets
+/// the slot freed last, the request still in it) or another one.
 #[test]
 fn a_delivery_written_after_its_poller_was_terminated_counts_before_the_next_poll() {
-    let db = TestDb::new();
-    let mut c = db.connect();
-    c.batch_execute(
-        "SELECT streams.create_subscription('pool', 'jobs', after => 0, ordered => false, max_attempts => 2)",
-    )
-    .unwrap();
-    let event = publish_events(&mut c, "jobs", 1, 1)[0];
-    // Attempt 1: nacked, due again at once.
-    c.batch_execute("BEGIN").unwrap();
-    assert_eq!(deliveries(&mut c, "pool", 10).unwrap(), [at(event, 1)]);
-    c.batch_execute(&format!(
-        "SELECT streams.nack('pool', {event}, retry_after => '0'); SELECT streams.ack('pool', {event}); COMMIT"
-    ))
-    .unwrap();
-    let mut admin = admin();
-    let worker = StoppedWorker::stop(&mut admin, db.wait_for_worker());
-    let waiting_poll = |admin: &mut Client| -> Option<i32> {
-        admin
+    for same_slot in [true, false] {
+        let db = TestDb::new();
+        let mut c = db.connect();
+        c.batch_execute(
+            "SELECT streams.create_subscription('pool', 'jobs', after => 0, ordered => false, max_attempts => 2)",
+        )
+        .unwrap();
+        let event = publish_events(&mut c, "jobs", 1, 1)[0];
+        // Attempt 1: nacked, due again at once.
+        c.batch_execute("BEGIN").unwrap();
+        assert_eq!(deliveries(&mut c, "pool", 10).unwrap(), [at(event, 1)]);
+        c.batch_execute(&format!(
+            "SELECT streams.nack('pool', {event}, retry_after => '0'); SELECT streams.ack('pool', {event}); COMMIT"
+        ))
+        .unwrap();
+        let mut admin = admin();
+        let worker = StoppedWorker::stop(&mut admin, db.wait_for_worker());
+        // Attempt 2: its poller is terminated while the worker is stopped.
+        let doomed = poll_in_a_thread(&db);
+        let pid = wait_for_extension_wait(&mut admin, &db, "streams.poll(''pool''");
+        admin.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
+        assert!(doomed.join().unwrap().is_err(), "the terminated poll returned events");
+        wait_until("the terminated backend is gone", Duration::from_secs(10), || !backend_exists(&mut admin, pid));
+        // The next poll starts while that delivery is still waiting.
+        let _slot_taker = (!same_slot).then(|| db.connect());
+        let next = poll_in_a_thread(&db);
+        wait_for_extension_wait(&mut admin, &db, "streams.poll(''pool''");
+        drop(worker);
+        let got = next.join().unwrap().unwrap();
+        assert_eq!(got, [], "the next poll handed the event out past max_attempts (same slot: {same_slot})");
+        assert_eq!(
+            count(&mut c, &format!("SELECT attempts::bigint FROM streams.dead_letters WHERE position = {event}")),
+            2,
+            "parked after its two attempts (same slot: {same_slot})"
+        );
+    }
+}
+
+/// A poll of subscription 'pool' (at most 10 events) in a transaction of
+/// its own, on a connection of its own, committed.
+fn poll_in_a_thread(db: &TestDb) -> std::thread::JoinHandle<Result<Vec<Delivery>, postgres::Error>> {
+    let config = db.config();
+    std::thread::spawn(move || {
+        let mut c = connect_retrying(&config);
+        c.batch_execute("BEGIN").unwrap();
+        let got = deliveries(&mut c, "pool", 10)?;
+        c.batch_execute("COMMIT").map(|()| got)
+    })
+}
+
+/// Wait until a backend of `db` running a statement that contains `query`
+/// waits on an extension's wait event (for the worker); its pid.
+fn wait_for_extension_wait(admin: &mut Client, db: &TestDb, query: &str) -> i32 {
+    let mut pid = None;
+    wait_until(&format!("a statement with {query} waits for the worker"), Duration::from_secs(10), || {
+        pid = admin
             .query_opt(
-                "SELECT pid FROM pg_stat_activity
-                 WHERE datname = $1 AND query LIKE '%streams.poll(''pool''%' AND wait_event_type = 'Extension'",
+                &format!(
+                    "SELECT pid FROM pg_stat_activity
+                     WHERE datname = $1 AND query LIKE '%{query}%' AND wait_event_type = 'Extension'"
+                ),
                 &[&db.name],
             )
             .unwrap()
-            .map(|r| r.get(0))
-    };
-    let in_a_thread = || {
-        let config = db.config();
-        std::thread::spawn(move || {
-            let mut c = connect_retrying(&config);
-            c.batch_execute("BEGIN").unwrap();
-            let got = deliveries(&mut c, "pool", 10)?;
-            c.batch_execute("COMMIT").map(|()| got)
-        })
-    };
-    // Attempt 2: its poller is terminated while the worker is stopped.
-    let doomed = in_a_thread();
-    let mut pid = None;
-    wait_until("the first poll waits for the worker", Duration::from_secs(10), || {
-        pid = waiting_poll(&mut admin);
+            .map(|r| r.get(0));
         pid.is_some()
     });
-    admin.execute("SELECT pg_terminate_backend($1)", &[&pid.unwrap()]).unwrap();
+    pid.unwrap()
+}
+
+/// A consumer's transaction failed; before it nacks the event from the same
+/// session, another consumer polls the event and is terminated while the
+/// worker writes that delivery down. The late nack counts that delivery
+/// first: the event was delivered to another session since, and the nack is
+/// refused (55000) instead of recording a failure from a stale count.
+#[test]
+fn a_late_nack_counts_a_delivery_still_being_written_first() {
+    let db = TestDb::new();
+    let mut a = db.connect();
+    a.batch_execute("SELECT streams.create_subscription('pool', 'jobs', after => 0, ordered => false)").unwrap();
+    let event = publish_events(&mut a, "jobs", 1, 1)[0];
+    a.batch_execute("BEGIN").unwrap();
+    assert_eq!(deliveries(&mut a, "pool", 10).unwrap(), [at(event, 1)]);
+    a.batch_execute("ROLLBACK").unwrap();
+    let mut admin = admin();
+    let worker = StoppedWorker::stop(&mut admin, db.wait_for_worker());
+    let doomed = poll_in_a_thread(&db);
+    let pid = wait_for_extension_wait(&mut admin, &db, "streams.poll(''pool''");
+    admin.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
     assert!(doomed.join().unwrap().is_err(), "the terminated poll returned events");
-    wait_until("the terminated backend is gone", Duration::from_secs(10), || !backend_exists(&mut admin, pid.unwrap()));
-    // The next poll starts while that delivery is still waiting, from
-    // another backend slot (a new backend takes the slot freed last, and
-    // with it the terminated poller's request, which it would overwrite).
-    let _slot_taker = db.connect();
-    let next = in_a_thread();
-    wait_until("the next poll waits for the worker", Duration::from_secs(10), || waiting_poll(&mut admin).is_some());
+    wait_until("the terminated backend is gone", Duration::from_secs(10), || !backend_exists(&mut admin, pid));
+    let a_pid = backend_pid(&mut a);
+    let nack = std::thread::spawn(move || {
+        a.batch_execute(&format!("SELECT streams.nack('pool', {event}, retry_after => '0', reason => 'late')"))
+    });
+    wait_until("the late nack waits for the worker", Duration::from_secs(10), || in_long_poll(&mut admin, a_pid));
     drop(worker);
-    let got = next.join().unwrap().unwrap();
-    assert_eq!(got, [], "the next poll handed the event out past max_attempts");
-    assert_eq!(
-        count(&mut c, &format!("SELECT attempts::bigint FROM streams.dead_letters WHERE position = {event}")),
-        2,
-        "parked after its two attempts"
-    );
+    let refused = nack.join().unwrap().expect_err("the late nack was accepted from a stale count");
+    assert_eq!(sqlstate(&refused), "55000", "{refused:?}");
+    let mut c = db.connect();
+    assert_eq!(count(&mut c, "SELECT count(*) FROM streams.subscription_failures"), 0, "the nack recorded nothing");
+}
+
+/// The attempts a poll answers with are its transaction's: in the next
+/// transaction of the same session (a pooled connection, maybe another
+/// role's), `streams._attempt` says nothing of the events it claimed.
+#[test]
+fn a_polls_attempts_are_not_answered_after_its_transaction() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    c.batch_execute("SELECT streams.create_subscription('pool', 'jobs', after => 0, ordered => false)").unwrap();
+    let event = publish_events(&mut c, "jobs", 1, 1)[0];
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(deliveries(&mut c, "pool", 10).unwrap(), [at(event, 1)]);
+    let inside: Option<i32> = c.query_one("SELECT streams._attempt($1)", &[&event]).unwrap().get(0);
+    assert_eq!(inside, Some(1), "in the poll's transaction");
+    c.batch_execute("ROLLBACK").unwrap();
+    let after: Option<i32> = c.query_one("SELECT streams._attempt($1)", &[&event]).unwrap().get(0);
+    assert_eq!(after, None, "the next transaction learns the last poll's claim");
 }

@@ -104,11 +104,15 @@ impl DeliveryMailbox {
         sequence
     }
 
-    /// The request written here last, while the worker has not answered
-    /// it (0: none): one of a poll that failed before it waited, maybe of
-    /// the backend that had this slot before.
-    pub fn unanswered(&self) -> u64 {
+    /// The request written here last for database `db`, while the worker
+    /// has not answered it (0: none): one of a poll that failed before it
+    /// waited, maybe of the backend that had this slot before. (One for
+    /// another database is that database's worker's, which may be gone.)
+    pub fn unanswered(&self, db: u32) -> u64 {
         let sequence = self.requested.load(Ordering::Acquire);
+        if self.db.load(Ordering::Relaxed) != db || self.requested.load(Ordering::Acquire) != sequence {
+            return 0;
+        }
         match self.answer(sequence) {
             DeliveryAnswer::Pending => sequence,
             DeliveryAnswer::Done | DeliveryAnswer::Failed => 0,
@@ -165,9 +169,9 @@ pub fn delivery_requests(db: pg_sys::Oid) -> Vec<DeliveryRequest> {
     found
 }
 
-/// Whether another backend's request for events of `subscription` (in
-/// database `db`) in `(after, through]` still waits for the worker. A
-/// poller whose transaction ended while it waited (terminated, cancelled)
+/// Whether a request for events of `subscription` (in database `db`) in
+/// `(after, through]` still waits for the worker. A poller whose
+/// transaction ended while it waited (terminated, cancelled)
 /// leaves its request behind, and the worker commits it after the claims
 /// that covered those events are gone. A mailbox rewritten while it is read
 /// counts as waiting: the caller looks again.
@@ -175,8 +179,10 @@ pub fn delivery_in_flight(db: pg_sys::Oid, subscription: i32, after: i64, throug
     if !available() {
         return false;
     }
-    let mine = my_mailbox().map(std::ptr::from_ref);
-    mailboxes().iter().filter(|mailbox| Some(std::ptr::from_ref(*mailbox)) != mine).any(|mailbox| {
+    // This backend's own slot too: a request of a poll of its own that
+    // failed before it waited (in a savepoint), or of the backend that had
+    // the slot before it, was terminated, and left it behind.
+    mailboxes().iter().any(|mailbox| {
         let sequence = mailbox.requested.load(Ordering::Acquire);
         if sequence == 0
             || mailbox.done.load(Ordering::Acquire) >= sequence

@@ -86,6 +86,8 @@ fn _delivery_waits() -> TableIterator<'static, (name!(deliveries, i64), name!(wa
 /// and the segments that held its events' attempts before it (what
 /// `streams._attempt` answers from: one more).
 struct Pending {
+    /// The poll's transaction (its local id): the answers are for it only.
+    transaction: u32,
     /// The request's sequence number; 0 once answered.
     sequence: u64,
     ranges: Vec<(i64, i64)>,
@@ -116,7 +118,7 @@ pub(super) fn submit(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i6
     };
     // An earlier request of this slot still on its way would be overwritten
     // or, taken by the worker already, add to the counts read below.
-    let earlier = mailbox.unanswered();
+    let earlier = mailbox.unanswered(db.to_u32());
     if earlier != 0 {
         await_answer(mailbox, earlier);
     }
@@ -131,7 +133,8 @@ pub(super) fn submit(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i6
         Ok(segments)
     });
     let sequence = mailbox.request(db.to_u32(), subscription, (pid, started), lease, ranges);
-    PENDING.with(|p| *p.borrow_mut() = Some(Pending { sequence, ranges: ranges.to_vec(), before }));
+    let transaction = this_transaction();
+    PENDING.with(|p| *p.borrow_mut() = Some(Pending { transaction, sequence, ranges: ranges.to_vec(), before }));
     // Now, so that the worker writes while the poll reads (no worker: the
     // wait notices).
     if entry.is_for(db) {
@@ -221,7 +224,8 @@ impl WorkerWatch {
 }
 
 /// `streams._attempt(position)`: the delivery attempt of an event this
-/// backend's last poll claimed (NULL for any other): its count before that
+/// backend's last poll, in this transaction, claimed (NULL for any other
+/// event, and in any other transaction): its count before that
 /// poll, plus one. It does not wait: `streams.poll` reads its events, with
 /// their attempts, while the worker writes the delivery down, and then
 /// waits for that commit (`streams._await_delivery`) before it returns
@@ -230,7 +234,7 @@ impl WorkerWatch {
 fn _attempt(position: i64) -> Option<i32> {
     PENDING.with(|p| {
         let p = p.borrow();
-        let pending = p.as_ref()?;
+        let pending = p.as_ref().filter(|pending| pending.transaction == this_transaction())?;
         if !pending.ranges.iter().any(|&(after, through)| after < position && position <= through) {
             return None;
         }
@@ -239,13 +243,22 @@ fn _attempt(position: i64) -> Option<i32> {
     })
 }
 
+/// The local id of this backend's transaction.
+fn this_transaction() -> u32 {
+    // SAFETY: MyProc is this backend's own PGPROC, set once it is connected.
+    unsafe { (*pg_sys::MyProc).lxid }
+}
+
 /// `streams._await_delivery()`: wait until the worker committed the
 /// delivery of this backend's last poll (at once when it did, or when the
 /// poll claimed nothing). `streams.poll` calls it after it read its
 /// events: none is returned before its attempt is written down.
 #[pg_extern(sql = false)]
 fn _await_delivery() {
-    let sequence = PENDING.with(|p| p.borrow().as_ref().map_or(0, |pending| pending.sequence));
+    let sequence = PENDING.with(|p| {
+        let p = p.borrow();
+        p.as_ref().filter(|pending| pending.transaction == this_transaction()).map_or(0, |pending| pending.sequence)
+    });
     if sequence != 0 {
         wait_for(sequence);
         PENDING.with(|p| {

@@ -65,6 +65,10 @@ fn _nack(
         if !locked {
             refuse("is being delivered to another transaction").raise();
         }
+        // A poll that took the event after that transaction and was
+        // ended while the worker wrote its delivery down: counted first,
+        // the event is that poll's now.
+        attempts::await_earlier_deliveries(sub.id, position - 1, position);
     }
     as_owner(|client| {
         let Some(segment) = attempts::at(client, sub.id, position)? else {
