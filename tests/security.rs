@@ -218,7 +218,8 @@ fn security_definer_functions_pin_search_path_and_are_not_public() {
         "streams._publish_batch(text,jsonb[],text,text,jsonb,text,bigint)", // same
         "streams._last_publish_duplicate()", // a backend flag, runs no SQL
         "streams._commit_time(bigint)",     // a kept plan pinned in Rust, run as the caller
-        "streams._attempt(bigint)",         // per event: as_owner pins search_path in Rust
+        "streams._attempt(bigint)",         // per event: answers from backend memory, runs no SQL
+        "streams._await_delivery()",        // waits on shared memory, runs no SQL
         "streams._capture()",               // trigger: its SQL is kept plans pinned in Rust (kept_plan.rs)
         "streams._first_position()",        // catalog and relation cache lookups, runs no SQL
         "streams._partition_bounds()",      // the same
