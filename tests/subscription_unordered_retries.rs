@@ -447,11 +447,7 @@ fn a_delivery_written_after_its_poller_was_terminated_counts_before_the_next_pol
         let mut admin = admin();
         let worker = StoppedWorker::stop(&mut admin, db.wait_for_worker());
         // Attempt 2: its poller is terminated while the worker is stopped.
-        let doomed = poll_in_a_thread(&db);
-        let pid = wait_for_extension_wait(&mut admin, &db, "streams.poll(''pool''");
-        admin.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
-        assert!(doomed.join().unwrap().is_err(), "the terminated poll returned events");
-        wait_until("the terminated backend is gone", Duration::from_secs(10), || !backend_exists(&mut admin, pid));
+        terminate_a_poll_waiting_for_the_worker(&mut admin, &db);
         // The next poll starts while that delivery is still waiting.
         let _slot_taker = (!same_slot).then(|| db.connect());
         let next = poll_in_a_thread(&db);
@@ -477,6 +473,17 @@ fn poll_in_a_thread(db: &TestDb) -> std::thread::JoinHandle<Result<Vec<Delivery>
         let got = deliveries(&mut c, "pool", 10)?;
         c.batch_execute("COMMIT").map(|()| got)
     })
+}
+
+/// With the worker stopped: a poll of 'pool' waits for it to write its
+/// delivery down, and is terminated there (its request stays behind); once
+/// its backend is gone.
+fn terminate_a_poll_waiting_for_the_worker(admin: &mut Client, db: &TestDb) {
+    let doomed = poll_in_a_thread(db);
+    let pid = wait_for_extension_wait(admin, db, "streams.poll(''pool''");
+    admin.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
+    assert!(doomed.join().unwrap().is_err(), "the terminated poll returned events");
+    wait_until("the terminated backend is gone", Duration::from_secs(10), || !backend_exists(admin, pid));
 }
 
 /// Wait until a backend of `db` running a statement that contains `query`
@@ -515,11 +522,7 @@ fn a_late_nack_counts_a_delivery_still_being_written_first() {
     a.batch_execute("ROLLBACK").unwrap();
     let mut admin = admin();
     let worker = StoppedWorker::stop(&mut admin, db.wait_for_worker());
-    let doomed = poll_in_a_thread(&db);
-    let pid = wait_for_extension_wait(&mut admin, &db, "streams.poll(''pool''");
-    admin.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
-    assert!(doomed.join().unwrap().is_err(), "the terminated poll returned events");
-    wait_until("the terminated backend is gone", Duration::from_secs(10), || !backend_exists(&mut admin, pid));
+    terminate_a_poll_waiting_for_the_worker(&mut admin, &db);
     let a_pid = backend_pid(&mut a);
     let nack = std::thread::spawn(move || {
         a.batch_execute(&format!("SELECT streams.nack('pool', {event}, retry_after => '0', reason => 'late')"))

@@ -104,21 +104,6 @@ impl DeliveryMailbox {
         sequence
     }
 
-    /// The request written here last for database `db`, while the worker
-    /// has not answered it (0: none): one of a poll that failed before it
-    /// waited, maybe of the backend that had this slot before. (One for
-    /// another database is that database's worker's, which may be gone.)
-    pub fn unanswered(&self, db: u32) -> u64 {
-        let sequence = self.requested.load(Ordering::Acquire);
-        if self.db.load(Ordering::Relaxed) != db || self.requested.load(Ordering::Acquire) != sequence {
-            return 0;
-        }
-        match self.answer(sequence) {
-            DeliveryAnswer::Pending => sequence,
-            DeliveryAnswer::Done | DeliveryAnswer::Failed => 0,
-        }
-    }
-
     pub fn answer(&self, sequence: u64) -> DeliveryAnswer {
         if self.done.load(Ordering::Acquire) >= sequence {
             DeliveryAnswer::Done
@@ -127,6 +112,19 @@ impl DeliveryMailbox {
         } else {
             DeliveryAnswer::Pending
         }
+    }
+
+    /// The sequence number of the request written here last, while the
+    /// worker has not answered it (None: no request waits here).
+    fn waiting(&self) -> Option<u64> {
+        let sequence = self.requested.load(Ordering::Acquire);
+        (sequence != 0 && self.answer(sequence) == DeliveryAnswer::Pending).then_some(sequence)
+    }
+
+    /// The `(after, through]` ranges of the request written here.
+    fn ranges(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        let len = (self.len.load(Ordering::Relaxed) as usize).min(DELIVERY_RANGES);
+        self.ranges[..len].iter().map(|r| (r[0].load(Ordering::Relaxed), r[1].load(Ordering::Relaxed)))
     }
 }
 
@@ -137,19 +135,11 @@ pub fn delivery_requests(db: pg_sys::Oid) -> Vec<DeliveryRequest> {
     }
     let mut found = Vec::new();
     for (procno, mailbox) in mailboxes().iter().enumerate() {
-        let sequence = mailbox.requested.load(Ordering::Acquire);
-        if sequence == 0
-            || mailbox.done.load(Ordering::Acquire) >= sequence
-            || mailbox.failed.load(Ordering::Acquire) >= sequence
-            || mailbox.db.load(Ordering::Relaxed) != db.to_u32()
-        {
+        let Some(sequence) = mailbox.waiting() else { continue };
+        if mailbox.db.load(Ordering::Relaxed) != db.to_u32() {
             continue;
         }
-        let len = (mailbox.len.load(Ordering::Relaxed) as usize).min(DELIVERY_RANGES);
-        let ranges = mailbox.ranges[..len]
-            .iter()
-            .map(|r| (r[0].load(Ordering::Relaxed), r[1].load(Ordering::Relaxed)))
-            .collect();
+        let ranges = mailbox.ranges().collect();
         let request = DeliveryRequest {
             procno,
             sequence,
@@ -170,12 +160,12 @@ pub fn delivery_requests(db: pg_sys::Oid) -> Vec<DeliveryRequest> {
 }
 
 /// Whether a request for events of `subscription` (in database `db`) in
-/// `(after, through]` still waits for the worker. A poller whose
-/// transaction ended while it waited (terminated, cancelled)
+/// any of `ranges` (`(after, through]`) still waits for the worker. A
+/// poller whose transaction ended while it waited (terminated, cancelled)
 /// leaves its request behind, and the worker commits it after the claims
 /// that covered those events are gone. A mailbox rewritten while it is read
 /// counts as waiting: the caller looks again.
-pub fn delivery_in_flight(db: pg_sys::Oid, subscription: i32, after: i64, through: i64) -> bool {
+pub fn delivery_in_flight(db: pg_sys::Oid, subscription: i32, ranges: &[(i64, i64)]) -> bool {
     if !available() {
         return false;
     }
@@ -183,19 +173,10 @@ pub fn delivery_in_flight(db: pg_sys::Oid, subscription: i32, after: i64, throug
     // failed before it waited (in a savepoint), or of the backend that had
     // the slot before it, was terminated, and left it behind.
     mailboxes().iter().any(|mailbox| {
-        let sequence = mailbox.requested.load(Ordering::Acquire);
-        if sequence == 0
-            || mailbox.done.load(Ordering::Acquire) >= sequence
-            || mailbox.failed.load(Ordering::Acquire) >= sequence
-        {
-            return false;
-        }
-        let len = (mailbox.len.load(Ordering::Relaxed) as usize).min(DELIVERY_RANGES);
+        let Some(sequence) = mailbox.waiting() else { return false };
         let overlaps = mailbox.db.load(Ordering::Relaxed) == db.to_u32()
             && mailbox.subscription.load(Ordering::Relaxed) == subscription
-            && mailbox.ranges[..len]
-                .iter()
-                .any(|r| r[0].load(Ordering::Relaxed) < through && after < r[1].load(Ordering::Relaxed));
+            && mailbox.ranges().any(|(low, high)| ranges.iter().any(|&(after, through)| low < through && after < high));
         overlaps || mailbox.requested.load(Ordering::Acquire) != sequence
     })
 }

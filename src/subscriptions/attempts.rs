@@ -116,15 +116,9 @@ pub(super) fn submit(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i6
     let (Some(entry), Some(mailbox)) = (shmem::find_db(db), shmem::my_mailbox()) else {
         StreamsError::DeliveryNotRecorded { worker: false }.raise()
     };
-    // An earlier request of this slot still on its way would be overwritten
-    // or, taken by the worker already, add to the counts read below.
-    let earlier = mailbox.unanswered(db.to_u32());
-    if earlier != 0 {
-        await_answer(mailbox, earlier);
-    }
-    for &(after, through) in ranges {
-        await_earlier_deliveries(subscription, after, through);
-    }
+    // Any request of the events still on its way (this slot's own too: see
+    // delivery_in_flight) would add to the counts read below.
+    await_earlier_deliveries(subscription, ranges);
     let before = super::as_owner(|client| {
         let mut segments = Vec::new();
         for &(after, through) in ranges {
@@ -147,35 +141,22 @@ pub(super) fn submit(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i6
 /// subscription is let go.
 pub(super) fn record(subscription: i32, lease: Option<(i64, i64)>, ranges: &[(i64, i64)]) {
     submit(subscription, lease, ranges);
-    PENDING.with(|p| {
-        if let Some(pending) = p.borrow_mut().as_mut() {
-            wait_for(pending.sequence);
-            pending.sequence = 0;
-        }
-    });
+    await_delivery();
 }
 
 /// Wait until the worker committed request `sequence` of this backend.
 fn wait_for(sequence: u64) {
     let Some(mailbox) = shmem::my_mailbox() else { StreamsError::DeliveryNotRecorded { worker: false }.raise() };
     let asked = Instant::now();
-    if await_answer(mailbox, sequence) == DeliveryAnswer::Failed {
-        StreamsError::DeliveryNotRecorded { worker: true }.raise();
-    }
-    let waited = asked.elapsed().as_micros() as i64;
-    WAITS.with(|w| w.set((w.get().0 + 1, w.get().1 + waited)));
-}
-
-/// Wait until the worker answered request `sequence` of `mailbox`.
-fn await_answer(mailbox: &shmem::DeliveryMailbox, sequence: u64) -> DeliveryAnswer {
     let mut worker = WorkerWatch::default();
     loop {
         // Reset first: an answer after the look below sets the latch again.
         // SAFETY: MyLatch is this backend's own latch.
         unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
         match mailbox.answer(sequence) {
+            DeliveryAnswer::Done => break,
+            DeliveryAnswer::Failed => StreamsError::DeliveryNotRecorded { worker: true }.raise(),
             DeliveryAnswer::Pending => {}
-            answered => return answered,
         }
         worker.wake();
         // The worker sets this latch when it answers; interrupts set it
@@ -183,20 +164,22 @@ fn await_answer(mailbox: &shmem::DeliveryMailbox, sequence: u64) -> DeliveryAnsw
         shmem::wait_on_my_latch(REWAKE.as_millis() as i64);
         pg_sys::check_for_interrupts!();
     }
+    let waited = asked.elapsed().as_micros() as i64;
+    WAITS.with(|w| w.set((w.get().0 + 1, w.get().1 + waited)));
 }
 
-/// Wait until no other backend's delivery of the subscription's events in
-/// `(after, through]` waits for the worker, so that the count read next
+/// Wait until no delivery of the subscription's events in any of `ranges`
+/// (`(after, through]`) waits for the worker, so that the count read next
 /// holds it. Called with the events' claim held, before a poll decides on
 /// their attempts: a poller whose transaction ended while its delivery
 /// waited (terminated, cancelled) left the request behind, and the worker
 /// commits it after that claim was let go. Otherwise the next poll would
 /// count from before it and hand an event out past `max_attempts`.
-pub(super) fn await_earlier_deliveries(subscription: i32, after: i64, through: i64) {
+pub(super) fn await_earlier_deliveries(subscription: i32, ranges: &[(i64, i64)]) {
     // SAFETY: a plain read of a backend global set once it is connected.
     let db = unsafe { pg_sys::MyDatabaseId };
     let mut worker = WorkerWatch::default();
-    while shmem::delivery_in_flight(db, subscription, after, through) {
+    while shmem::delivery_in_flight(db, subscription, ranges) {
         worker.wake();
         // The worker answers the other backend, not this one: a short nap.
         shmem::nap_on_latch(1);
@@ -232,15 +215,20 @@ impl WorkerWatch {
 /// them.
 #[pg_extern(sql = false)]
 fn _attempt(position: i64) -> Option<i32> {
-    PENDING.with(|p| {
-        let p = p.borrow();
-        let pending = p.as_ref().filter(|pending| pending.transaction == this_transaction())?;
+    with_pending(|pending| {
         if !pending.ranges.iter().any(|&(after, through)| after < position && position <= through) {
             return None;
         }
         let before = pending.before.iter().find(|s| s.low < position && position <= s.high);
         Some(before.map_or(1, |s| s.attempts.saturating_add(1)))
     })
+    .flatten()
+}
+
+/// `body` on the pending delivery of this backend's last poll, if that
+/// poll ran in this transaction (None otherwise).
+fn with_pending<R>(body: impl FnOnce(&mut Pending) -> R) -> Option<R> {
+    PENDING.with(|p| p.borrow_mut().as_mut().filter(|pending| pending.transaction == this_transaction()).map(body))
 }
 
 /// The local id of this backend's transaction.
@@ -255,17 +243,17 @@ fn this_transaction() -> u32 {
 /// events: none is returned before its attempt is written down.
 #[pg_extern(sql = false)]
 fn _await_delivery() {
-    let sequence = PENDING.with(|p| {
-        let p = p.borrow();
-        p.as_ref().filter(|pending| pending.transaction == this_transaction()).map_or(0, |pending| pending.sequence)
-    });
+    await_delivery();
+}
+
+/// Wait until the worker committed the delivery of this transaction's last
+/// poll, if it has not yet.
+fn await_delivery() {
+    // Not borrowed while waiting: wait_for may raise.
+    let sequence = with_pending(|pending| pending.sequence).unwrap_or(0);
     if sequence != 0 {
         wait_for(sequence);
-        PENDING.with(|p| {
-            if let Some(pending) = p.borrow_mut().as_mut() {
-                pending.sequence = 0;
-            }
-        });
+        with_pending(|pending| pending.sequence = 0);
     }
 }
 

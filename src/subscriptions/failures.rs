@@ -37,7 +37,7 @@ pub(super) enum Head {
 
 /// What the event at `position` calls for (its claim held).
 pub(super) fn head(client: &mut SpiClient<'_>, sub: &Subscription, position: i64) -> SpiResult<Head> {
-    attempts::await_earlier_deliveries(sub.id, position - 1, position);
+    attempts::await_earlier_deliveries(sub.id, &[(position - 1, position)]);
     let args: [DatumWithOid; 2] = [sub.id.into(), position.into()];
     let (attempts, parked, wait_us, leased_us) = with_latest_snapshot(|| {
         let rows = client.select_kept(

@@ -234,7 +234,7 @@ fn first_blocker(client: &mut SpiClient<'_>, sub: &Subscription, events: &[i64])
     let mut spent = None;
     if let Some(max) = sub.max_attempts {
         let upto = settled.unwrap_or(last);
-        attempts::await_earlier_deliveries(sub.id, first - 1, upto);
+        attempts::await_earlier_deliveries(sub.id, &[(first - 1, upto)]);
         for segment in attempts::overlapping(client, sub.id, first - 1, upto)? {
             if segment.attempts >= max {
                 if let Some(&event) = events.iter().find(|&&e| segment.low < e && e <= segment.high) {

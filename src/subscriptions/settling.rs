@@ -68,7 +68,7 @@ fn _nack(
         // A poll that took the event after that transaction and was
         // ended while the worker wrote its delivery down: counted first,
         // the event is that poll's now.
-        attempts::await_earlier_deliveries(sub.id, position - 1, position);
+        attempts::await_earlier_deliveries(sub.id, &[(position - 1, position)]);
     }
     as_owner(|client| {
         let Some(segment) = attempts::at(client, sub.id, position)? else {
