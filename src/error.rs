@@ -88,6 +88,9 @@ pub enum StreamsError {
     WaitNeedsReadCommitted,
     /// The worker could not write a poll's deliveries down (or none runs).
     DeliveryNotRecorded { worker: bool },
+    /// Another transaction holds the attempt records a poll's delivery
+    /// would change.
+    DeliveryBlocked,
     /// nack of an event that is not the caller's to settle.
     NackNotDelivered { subscription: String, position: i64, reason: &'static str },
     /// A text argument longer than its limit.
@@ -395,6 +398,14 @@ impl StreamsError {
             .hint(
                 "Attempts are counted by the database's worker before events are handed out; see streams.status \
                  and the server log, then poll again.",
+            ),
+            StreamsError::DeliveryBlocked => described(
+                ERRCODE_LOCK_NOT_AVAILABLE,
+                "streams.poll: another transaction is changing the attempt records of these events",
+            )
+            .hint(
+                "If this transaction acked or nacked some of them, they can be polled again once it ends; \
+                 otherwise poll again.",
             ),
             StreamsError::NackNotDelivered { subscription, position, reason } => described(
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -12,6 +12,11 @@
 //!   ack of a poll that returned it fails, so the events of the other keys
 //!   polled with it use up their attempts and are parked as dead letters,
 //!   and `discard_dead_letter` cannot remove it either;
+//! * a subscriber that nacks an event with no delay and polls it again in
+//!   the same transaction keeps the attempt records the worker must rewrite
+//!   locked: the worker waited for that lock (its lock_timeout, 100 ms) with
+//!   every other poller of the database waiting behind it, and the subscriber
+//!   could repeat it with savepoints forever;
 //! * and one that held from the start: `streams._attempt`, callable by
 //!   PUBLIC, tells nothing of another session's poll.
 
@@ -152,4 +157,60 @@ fn attempt_tells_a_stranger_nothing_of_another_sessions_poll() {
     assert_eq!((own, other), (Some(1), None), "its own poll's event only");
     stranger.batch_execute("COMMIT").unwrap();
     c.batch_execute("COMMIT").unwrap();
+}
+
+/// A subscriber nacked an event with no delay, acked the one before it and
+/// polled again in the same transaction: its own uncommitted rewrite of the
+/// attempt records locks the rows the worker must change for that delivery.
+/// The worker waited for the lock until its lock_timeout (100 ms), holding
+/// up every poll of the database meanwhile, then failed the delivery (55000,
+/// "could not write down"); with a savepoint around each poll the
+/// subscriber could repeat that without end. Now the worker does not wait:
+/// that poll alone fails at once with 55P03, and another role's polls go on
+/// while the locks are still held.
+#[test]
+fn a_subscriber_keeping_its_attempt_records_locked_holds_up_no_other_poll() {
+    let db = TestDb::new();
+    let (consumer, publisher, mut owner) = two_roles(&db);
+    let mut c = db.connect_as(&consumer.name);
+    c.batch_execute("SELECT streams.create_subscription('mine', 'orders', after => 0)").unwrap();
+    let mut v = db.connect_as(&publisher.name);
+    v.batch_execute("SELECT streams.create_subscription('victim', 'orders', after => 0, ordered => false)").unwrap();
+    let p = publish_events(&mut owner, "orders", 40, 40);
+
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(poll(&mut c, "mine", 3), p[..3]);
+    c.batch_execute(&format!(
+        "SELECT streams.nack('mine', {}, retry_after => '0'); SELECT streams.ack('mine', {})",
+        p[1], p[0]
+    ))
+    .unwrap();
+    let mut victim_got = Vec::new();
+    for round in 0..20 {
+        c.batch_execute("SAVEPOINT again").unwrap();
+        let polled = try_poll(&mut c, "mine", 3);
+        c.batch_execute("ROLLBACK TO SAVEPOINT again").unwrap();
+        match polled {
+            Err(e) => assert_eq!(sqlstate(&e), "55P03", "round {round}: {e}"),
+            Ok(got) => panic!("round {round}: polled {got:?} while its own nack and ack are uncommitted"),
+        }
+        // The locks are still held: another role's poll is written down.
+        v.batch_execute("BEGIN").unwrap();
+        let got = poll(&mut v, "victim", 2);
+        v.batch_execute(&format!("SELECT streams.ack('victim', {})", got.last().unwrap())).unwrap();
+        v.batch_execute("COMMIT").unwrap();
+        victim_got.extend(got);
+    }
+    assert_eq!(victim_got, p, "the victim got every event once, in 20 polls beside the held locks");
+    c.batch_execute("COMMIT").unwrap();
+    // Once the transaction ended, the nacked event comes again, attempt 2.
+    c.batch_execute("BEGIN").unwrap();
+    let again: Vec<(i64, i32)> = c
+        .query("SELECT position, attempt FROM streams.poll('mine', 1)", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    c.batch_execute("COMMIT").unwrap();
+    assert_eq!(again, [(p[1], 2)]);
 }

@@ -40,7 +40,7 @@ use super::runtime::{
 use super::storage;
 use super::stream_stats::{count_new_events, Counted, CATCH_UP_PAUSE, STATS_INTERVAL};
 use crate::gucs;
-use crate::shmem::{self, Attach, DbEntry, NotifyState, Server, WorkerState};
+use crate::shmem::{self, Attach, DbEntry, DeliveryAnswer, NotifyState, Server, WorkerState};
 use litebase_streams_core::backoff::backoff_after;
 
 #[pg_guard]
@@ -373,6 +373,8 @@ fn wait_serving_deliveries(entry: &DbEntry, db: pg_sys::Oid, wait: Duration) -> 
 /// Write down the deliveries that pollers wait for (subscriptions/attempts.rs),
 /// all in one transaction, before anything else: a poller cannot return its
 /// events until then. A failure is logged and answered: the pollers raise.
+/// A request whose attempt records another transaction holds is answered
+/// Blocked without waiting for that transaction.
 fn serve_deliveries(db: pg_sys::Oid, entry: &DbEntry) {
     if !entry.deliveries_wanted.swap(false, Ordering::AcqRel) {
         return;
@@ -381,34 +383,47 @@ fn serve_deliveries(db: pg_sys::Oid, entry: &DbEntry) {
     if requests.is_empty() {
         return;
     }
-    if write_deliveries(&requests) {
-        shmem::answer_deliveries(&requests, true);
+    if let Some(written) = write_deliveries(&requests) {
+        answer(&requests, &written);
     } else if requests.len() > 1 {
-        // One request's failure (a lock another transaction holds, say)
-        // must not fail every poller waiting with it: each alone.
+        // One request's failure must not fail every poller waiting with it:
+        // each alone.
         for request in &requests {
             let one = std::slice::from_ref(request);
-            shmem::answer_deliveries(one, write_deliveries(one));
+            match write_deliveries(one) {
+                Some(written) => answer(one, &written),
+                None => shmem::answer_deliveries(one, DeliveryAnswer::Failed),
+            }
         }
     } else {
-        shmem::answer_deliveries(&requests, false);
+        shmem::answer_deliveries(&requests, DeliveryAnswer::Failed);
     }
 }
 
-/// Write `requests` down in one transaction: whether it committed (a
-/// failure is logged).
-fn write_deliveries(requests: &[shmem::DeliveryRequest]) -> bool {
-    let written = attempt(|| {
-        if let Err(error) = crate::subscriptions::attempts::write_requests(requests) {
-            // Raised, so that the transaction rolls back whatever it wrote.
-            crate::error::StreamsError::Spi { doing: "writing down deliveries", error: error.to_string() }.raise();
+/// Tell each poller whether its request was written (`written[i]`) or
+/// left unwritten, blocked.
+fn answer(requests: &[shmem::DeliveryRequest], written: &[bool]) {
+    for (request, &written) in requests.iter().zip(written) {
+        let outcome = if written { DeliveryAnswer::Done } else { DeliveryAnswer::Blocked };
+        shmem::answer_deliveries(std::slice::from_ref(request), outcome);
+    }
+}
+
+/// Write `requests` down in one transaction: for each, whether it was
+/// written (false: blocked), or None when the transaction failed (logged).
+fn write_deliveries(requests: &[shmem::DeliveryRequest]) -> Option<Vec<bool>> {
+    let written = attempt(|| match crate::subscriptions::attempts::write_requests(requests) {
+        Ok(written) => written,
+        // Raised, so that the transaction rolls back whatever it wrote.
+        Err(error) => {
+            crate::error::StreamsError::Spi { doing: "writing down deliveries", error: error.to_string() }.raise()
         }
     });
     match written {
-        Ok(()) => true,
+        Ok(written) => Some(written),
         Err(failure) => {
             warn_failed("writing down deliveries", &failure, Duration::ZERO);
-            false
+            None
         }
     }
 }

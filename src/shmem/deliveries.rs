@@ -46,6 +46,9 @@ pub struct DeliveryMailbox {
     done: AtomicU64,
     /// The last request the worker could not commit (the server log says why).
     failed: AtomicU64,
+    /// The last request the worker left unwritten because another
+    /// transaction holds the attempt records it would change.
+    blocked: AtomicU64,
 }
 
 /// A request copied out of a mailbox.
@@ -67,6 +70,11 @@ pub enum DeliveryAnswer {
     Pending,
     Done,
     Failed,
+    /// Not written: another transaction (the poller's own, when it settled
+    /// or nacked the same events) holds attempt records it would change.
+    /// The worker does not wait for row locks: one blocked request must not
+    /// hold up every poller of the database.
+    Blocked,
 }
 
 /// This backend's mailbox.
@@ -109,6 +117,8 @@ impl DeliveryMailbox {
             DeliveryAnswer::Done
         } else if self.failed.load(Ordering::Acquire) >= sequence {
             DeliveryAnswer::Failed
+        } else if self.blocked.load(Ordering::Acquire) >= sequence {
+            DeliveryAnswer::Blocked
         } else {
             DeliveryAnswer::Pending
         }
@@ -181,13 +191,18 @@ pub fn delivery_in_flight(db: pg_sys::Oid, subscription: i32, ranges: &[(i64, i6
     })
 }
 
-/// The worker committed (or could not commit) these requests: tell their
+/// What became of these requests (Done, Failed or Blocked): tell their
 /// backends. Atomics and `SetLatch` only.
-pub fn answer_deliveries(requests: &[DeliveryRequest], committed: bool) {
+pub fn answer_deliveries(requests: &[DeliveryRequest], outcome: DeliveryAnswer) {
     let boxes = mailboxes();
     for request in requests {
         let Some(mailbox) = boxes.get(request.procno) else { continue };
-        let answer = if committed { &mailbox.done } else { &mailbox.failed };
+        let answer = match outcome {
+            DeliveryAnswer::Done => &mailbox.done,
+            DeliveryAnswer::Failed => &mailbox.failed,
+            DeliveryAnswer::Blocked => &mailbox.blocked,
+            DeliveryAnswer::Pending => continue,
+        };
         answer.fetch_max(request.sequence, Ordering::AcqRel);
         // SAFETY: ProcGlobal's allProcs has a PGPROC for every pgprocno the
         // mailboxes are sized for; SetLatch never raises.

@@ -156,6 +156,7 @@ fn wait_for(sequence: u64) {
         match mailbox.answer(sequence) {
             DeliveryAnswer::Done => break,
             DeliveryAnswer::Failed => StreamsError::DeliveryNotRecorded { worker: true }.raise(),
+            DeliveryAnswer::Blocked => StreamsError::DeliveryBlocked.raise(),
             DeliveryAnswer::Pending => {}
         }
         worker.wake();
@@ -258,20 +259,43 @@ fn await_delivery() {
 }
 
 /// The worker's side: write down every request, in the worker's current
-/// transaction (it commits them all at once).
-pub(crate) fn write_requests(requests: &[DeliveryRequest]) -> SpiResult<()> {
+/// transaction (it commits them all at once). For each request, whether it
+/// was written: false when another transaction holds attempt records it
+/// would change (a row lock), which the worker does not wait for.
+pub(crate) fn write_requests(requests: &[DeliveryRequest]) -> SpiResult<Vec<bool>> {
     Spi::connect_mut(|client| {
-        for request in requests {
+        let mut written = Vec::with_capacity(requests.len());
+        'requests: for request in requests {
+            // Every range's records locked first: a request is written whole
+            // or not at all.
+            let mut olds = Vec::with_capacity(request.ranges.len());
             for &(after, through) in &request.ranges {
-                add_delivery(client, request, after, through)?;
+                match overlapping_locked(client, request.subscription, after, through)? {
+                    Some(old) => olds.push(old),
+                    None => {
+                        written.push(false);
+                        continue 'requests;
+                    }
+                }
             }
+            for (&(after, through), old) in request.ranges.iter().zip(olds) {
+                add_delivery(client, request, after, through, old)?;
+            }
+            written.push(true);
         }
-        Ok(())
+        Ok(written)
     })
 }
 
-/// One more delivery of the events in `(after, through]`.
-fn add_delivery(client: &mut SpiClient<'_>, request: &DeliveryRequest, after: i64, through: i64) -> SpiResult<()> {
+/// One more delivery of the events in `(after, through]`, whose segments
+/// were `old` (read and locked by [`overlapping_locked`]).
+fn add_delivery(
+    client: &mut SpiClient<'_>,
+    request: &DeliveryRequest,
+    after: i64,
+    through: i64,
+    old: Vec<Segment>,
+) -> SpiResult<()> {
     if through <= after {
         return Ok(());
     }
@@ -287,7 +311,6 @@ fn add_delivery(client: &mut SpiClient<'_>, request: &DeliveryRequest, after: i6
         leased_until: None,
         lease_for_us: request.lease.map(|l| l.1),
     };
-    let old = overlapping(client, subscription, after, through)?;
     let mut pieces = Vec::with_capacity(old.len() * 2 + 1);
     let mut cursor = after;
     for segment in &old {
@@ -409,6 +432,25 @@ fn merge(pieces: Vec<Segment>) -> Vec<Segment> {
     merged
 }
 
+/// The columns of a segment, in [`segment_from`]'s order.
+const SEGMENT_COLUMNS: &str = "d.low, d.high, d.attempts, d.delivered_to, d.delivered_to_start, d.delivered_at,
+                               d.lease, d.leased_until";
+
+/// A segment from [`SEGMENT_COLUMNS`], starting at column `first`.
+fn segment_from(row: &pgrx::spi::SpiHeapTupleData, first: usize) -> SpiResult<Segment> {
+    Ok(Segment {
+        low: row.get::<i64>(first)?.unwrap_or(0),
+        high: row.get::<i64>(first + 1)?.unwrap_or(0),
+        attempts: row.get::<i32>(first + 2)?.unwrap_or(0),
+        pid: row.get::<i32>(first + 3)?.unwrap_or(0),
+        started: row.get::<TimestampWithTimeZone>(first + 4)?.map_or(i64::MIN, pg_sys::TimestampTz::from),
+        delivered_at: row.get::<TimestampWithTimeZone>(first + 5)?,
+        lease: row.get::<i64>(first + 6)?,
+        leased_until: row.get::<TimestampWithTimeZone>(first + 7)?,
+        lease_for_us: None,
+    })
+}
+
 /// The segments that overlap `(after, through]`, in order, read with a
 /// snapshot taken now (the worker's commit of this poll's delivery).
 pub(super) fn overlapping(
@@ -418,32 +460,47 @@ pub(super) fn overlapping(
     through: i64,
 ) -> SpiResult<Vec<Segment>> {
     let args: [DatumWithOid; 3] = [subscription.into(), after.into(), through.into()];
-    with_latest_snapshot(|| {
-        client
-            .select_kept(
-                "SELECT d.low, d.high, d.attempts, d.delivered_to, d.delivered_to_start, d.delivered_at,
-                        d.lease, d.leased_until
-                 FROM streams.subscription_deliveries d
-                 WHERE d.subscription = $1 AND d.low < $3 AND d.high > $2
-                 ORDER BY d.low",
-                None,
-                &args,
-            )?
-            .map(|row| {
-                Ok(Segment {
-                    low: row.get::<i64>(1)?.unwrap_or(0),
-                    high: row.get::<i64>(2)?.unwrap_or(0),
-                    attempts: row.get::<i32>(3)?.unwrap_or(0),
-                    pid: row.get::<i32>(4)?.unwrap_or(0),
-                    started: row.get::<TimestampWithTimeZone>(5)?.map_or(i64::MIN, pg_sys::TimestampTz::from),
-                    delivered_at: row.get::<TimestampWithTimeZone>(6)?,
-                    lease: row.get::<i64>(7)?,
-                    leased_until: row.get::<TimestampWithTimeZone>(8)?,
-                    lease_for_us: None,
-                })
-            })
-            .collect()
-    })
+    let query = format!(
+        "SELECT {SEGMENT_COLUMNS} FROM streams.subscription_deliveries d
+         WHERE d.subscription = $1 AND d.low < $3 AND d.high > $2
+         ORDER BY d.low"
+    );
+    with_latest_snapshot(|| client.select_kept(&query, None, &args)?.map(|row| segment_from(&row, 1)).collect())
+}
+
+/// As [`overlapping`], for the worker: the segments locked for its update,
+/// or None when another transaction holds a lock on any of them (the
+/// poller's own, say, after it acked or nacked some of them). Never waits:
+/// the worker writes every poller's deliveries, and one transaction that
+/// keeps its locks must not hold the others up.
+fn overlapping_locked(
+    client: &mut SpiClient<'_>,
+    subscription: i32,
+    after: i64,
+    through: i64,
+) -> SpiResult<Option<Vec<Segment>>> {
+    let args: [DatumWithOid; 3] = [subscription.into(), after.into(), through.into()];
+    // One row per segment locked (or one of NULLs), each with how many
+    // segments there are: fewer locked than there are means one was skipped.
+    let query = format!(
+        "SELECT v.visible, l.* FROM
+             (SELECT pg_catalog.count(*) AS visible FROM streams.subscription_deliveries d
+              WHERE d.subscription = $1 AND d.low < $3 AND d.high > $2) v
+         LEFT JOIN LATERAL
+             (SELECT {SEGMENT_COLUMNS} FROM streams.subscription_deliveries d
+              WHERE d.subscription = $1 AND d.low < $3 AND d.high > $2
+              ORDER BY d.low FOR UPDATE SKIP LOCKED) l ON true"
+    );
+    let mut visible = 0;
+    let mut locked = Vec::new();
+    // update_kept: a locking read is not read-only.
+    for row in client.update_kept(&query, None, &args)? {
+        visible = row.get::<i64>(1)?.unwrap_or(0);
+        if row.get::<i64>(2)?.is_some() {
+            locked.push(segment_from(&row, 2)?);
+        }
+    }
+    Ok((locked.len() as i64 == visible).then_some(locked))
 }
 
 /// The segment that holds `position`, if it was delivered and not settled.
