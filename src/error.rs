@@ -401,12 +401,10 @@ impl StreamsError {
             ),
             StreamsError::DeliveryBlocked => described(
                 ERRCODE_LOCK_NOT_AVAILABLE,
-                "streams.poll: another transaction is changing the attempt records of these events",
+                "streams.poll: a transaction holds the attempt records of these events (this one, if it nacked or \
+                 acked events of this subscription)",
             )
-            .hint(
-                "If this transaction acked or nacked some of them, they can be polled again once it ends; \
-                 otherwise poll again.",
-            ),
+            .hint("A nack or an ack in this transaction holds them until it ends: commit first. Otherwise poll again."),
             StreamsError::NackNotDelivered { subscription, position, reason } => described(
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
                 format!("streams.nack: event {position} of subscription \"{subscription}\" {reason}"),

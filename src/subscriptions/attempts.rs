@@ -260,26 +260,30 @@ fn await_delivery() {
 
 /// The worker's side: write down every request, in the worker's current
 /// transaction (it commits them all at once). For each request, whether it
-/// was written: false when another transaction holds attempt records it
-/// would change (a row lock), which the worker does not wait for.
+/// was written: false when another transaction holds a lock the writes
+/// would wait for, which the worker does not wait for (see
+/// [`lock_records`]).
 pub(crate) fn write_requests(requests: &[DeliveryRequest]) -> SpiResult<Vec<bool>> {
     Spi::connect_mut(|client| {
         let mut written = Vec::with_capacity(requests.len());
-        'requests: for request in requests {
-            // Every range's records locked first: a request is written whole
-            // or not at all.
-            let mut olds = Vec::with_capacity(request.ranges.len());
+        for request in requests {
+            // Locked first, every range's: a request is written whole or not
+            // at all.
+            let Some(first) = lock_records(client, request)? else {
+                written.push(false);
+                continue;
+            };
+            let mut old = Some(first);
             for &(after, through) in &request.ranges {
-                match overlapping_locked(client, request.subscription, after, through)? {
-                    Some(old) => olds.push(old),
-                    None => {
-                        written.push(false);
-                        continue 'requests;
-                    }
-                }
-            }
-            for (&(after, through), old) in request.ranges.iter().zip(olds) {
-                add_delivery(client, request, after, through, old)?;
+                // The first range's segments as locked; each later one's read
+                // again, since a segment may span two ranges of a request (a
+                // poll ordered per key skips the positions of held keys) and
+                // the range before rewrote it.
+                let segments = match old.take() {
+                    Some(segments) => segments,
+                    None => overlapping(client, request.subscription, after, through)?,
+                };
+                add_delivery(client, request, after, through, segments)?;
             }
             written.push(true);
         }
@@ -287,8 +291,34 @@ pub(crate) fn write_requests(requests: &[DeliveryRequest]) -> SpiResult<Vec<bool
     })
 }
 
+/// Lock what writing `request` down changes, without waiting: the
+/// subscription's row (against a drop, which the insert's foreign key
+/// check would wait for) and the segments overlapping each range. The
+/// segments of the first range, or None when another transaction holds
+/// any of it (the poller's own, say, after it acked or nacked some of those
+/// events). The worker writes every poller's deliveries, and one
+/// transaction that keeps its locks must not hold the others up.
+fn lock_records(client: &mut SpiClient<'_>, request: &DeliveryRequest) -> SpiResult<Option<Vec<Segment>>> {
+    let rows = client.update_kept(
+        "SELECT FROM streams.subscription_state s WHERE s.id = $1 FOR KEY SHARE SKIP LOCKED",
+        None,
+        &[request.subscription.into()],
+    )?;
+    if rows.is_empty() {
+        return Ok(None); // being dropped (or gone)
+    }
+    let mut first = None;
+    for &(after, through) in &request.ranges {
+        let Some(segments) = overlapping_locked(client, request.subscription, after, through)? else {
+            return Ok(None);
+        };
+        first.get_or_insert(segments);
+    }
+    Ok(Some(first.unwrap_or_default()))
+}
+
 /// One more delivery of the events in `(after, through]`, whose segments
-/// were `old` (read and locked by [`overlapping_locked`]).
+/// are `old`.
 fn add_delivery(
     client: &mut SpiClient<'_>,
     request: &DeliveryRequest,
@@ -379,11 +409,15 @@ pub(super) fn not_attempted(
     let same_delivery =
         |s: &Segment| s.pid == nacked.pid && s.started == nacked.started && s.delivered_at == nacked.delivered_at;
     let old: Vec<Segment> = overlapping(client, subscription, position, i64::MAX)?;
-    if !old.iter().any(same_delivery) {
+    // Up to the end of that delivery's last segment: the segments above it
+    // stay as they are, unlocked (a poll of those events in this
+    // transaction needs the worker to rewrite them).
+    let Some(end) = old.iter().filter(|s| same_delivery(s)).map(|s| s.high).max() else {
         return Ok(());
-    }
+    };
+    let old: Vec<&Segment> = old.iter().filter(|s| s.low < end).collect();
     let mut pieces = Vec::with_capacity(old.len() + 1);
-    for segment in &old {
+    for &segment in &old {
         if !same_delivery(segment) {
             pieces.push(segment.clone());
             continue;
@@ -397,7 +431,7 @@ pub(super) fn not_attempted(
             pieces.push(rest);
         }
     }
-    replace(client, subscription, position, i64::MAX, &pieces)
+    replace(client, subscription, position, end, &pieces)
 }
 
 /// Forget every count of the subscription (a seek starts afresh).
