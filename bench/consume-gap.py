@@ -5,8 +5,8 @@ made of, measured side by side on the dev cluster (`make start`).
     target/bench-venv/bin/python bench/consume-gap.py [--events N] [--rounds R]
 
 Creates the database litebase_consume_gap (dropped at the end), publishes N
-events (default 200,000) to one stream with payloads like make bench section
-6's, and copies them into a PgQ 3 queue (one insert_event per transaction,
+events (default 200,000) to one stream, one per transaction, with payloads
+like make bench section 6's, and copies them into a PgQ 3 queue (one insert_event per transaction,
 a tick after every 1,000, as section 6 does). Then, R rounds (default 5),
 each method in turn, a Python consumer (psycopg, one statement per round
 trip, every payload decoded with json.loads) takes all N events, 1,000 per
@@ -70,11 +70,11 @@ def setup(n, rounds):
         c.execute("CREATE EXTENSION litebase_streams")
         c.execute("CREATE EXTENSION pgq")
         c.execute("SET synchronous_commit = off")
+        # One event per transaction, as make bench section 6 publishes them.
         c.execute(f"""
 DO $$ BEGIN
-    FOR k IN 0..{n // BATCH - 1} LOOP
-        PERFORM count(*) FROM streams.publish_batch('{STREAM}',
-            ARRAY(SELECT {DATA_SQL} FROM generate_series(k * {BATCH} + 1, (k + 1) * {BATCH}) i ORDER BY i));
+    FOR i IN 1..{n} LOOP
+        PERFORM streams.publish('{STREAM}', {DATA_SQL});
         COMMIT;
     END LOOP;
 END $$""")

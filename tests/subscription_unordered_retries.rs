@@ -552,3 +552,38 @@ fn a_polls_attempts_are_not_answered_after_its_transaction() {
     let after: Option<i32> = c.query_one("SELECT streams._attempt($1)", &[&event]).unwrap().get(0);
     assert_eq!(after, None, "the next transaction learns the last poll's claim");
 }
+
+/// A poll terminated while the worker writes its delivery down leaves its
+/// request behind. A drop of the subscription in a transaction kept open
+/// deleted the subscription's row under it: the worker's insert of that
+/// delivery (its foreign key check) waited for the drop's transaction,
+/// holding up every poller of the database until its lock_timeout, batch
+/// after batch. The drop now waits for the deliveries still on their way
+/// first; then the worker writes the others' deliveries while the drop's
+/// transaction stays open.
+#[test]
+fn a_drop_waits_for_a_delivery_still_on_its_way() {
+    let db = TestDb::new();
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT streams.create_subscription('pool', 'jobs', after => 0, ordered => false);
+         SELECT streams.create_subscription('other', 'jobs', after => 0)",
+    )
+    .unwrap();
+    let event = publish_events(&mut c, "jobs", 1, 1)[0];
+    let mut admin = admin();
+    let worker = StoppedWorker::stop(&mut admin, db.wait_for_worker());
+    terminate_a_poll_waiting_for_the_worker(&mut admin, &db);
+    let config = db.config();
+    let dropper = std::thread::spawn(move || {
+        let mut d = connect_retrying(&config);
+        d.batch_execute("BEGIN; SELECT streams.drop_subscription('pool')").map(|()| d)
+    });
+    wait_for_extension_wait(&mut admin, &db, "drop_subscription");
+    drop(worker);
+    let mut dropping = dropper.join().unwrap().expect("the drop, once the delivery was written");
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(deliveries(&mut c, "other", 10).unwrap(), [at(event, 1)], "written beside the open drop");
+    c.batch_execute("COMMIT").unwrap();
+    dropping.batch_execute("COMMIT").unwrap();
+}

@@ -269,19 +269,18 @@ pub(crate) fn write_requests(requests: &[DeliveryRequest]) -> SpiResult<Vec<bool
         for request in requests {
             // Locked first, every range's: a request is written whole or not
             // at all.
-            let Some(first) = lock_records(client, request)? else {
+            let Some(locked) = lock_records(client, request)? else {
                 written.push(false);
                 continue;
             };
-            let mut old = Some(first);
-            for &(after, through) in &request.ranges {
-                // The first range's segments as locked; each later one's read
-                // again, since a segment may span two ranges of a request (a
-                // poll ordered per key skips the positions of held keys) and
-                // the range before rewrote it.
-                let segments = match old.take() {
-                    Some(segments) => segments,
-                    None => overlapping(client, request.subscription, after, through)?,
+            for (&(after, through), segments) in request.ranges.iter().zip(locked) {
+                // A segment that begins below the range may span a range
+                // before it too (a poll ordered per key skips the positions
+                // of held keys), which rewrote it: read again.
+                let segments = if segments.iter().any(|s| s.low < after) {
+                    overlapping(client, request.subscription, after, through)?
+                } else {
+                    segments
                 };
                 add_delivery(client, request, after, through, segments)?;
             }
@@ -291,30 +290,20 @@ pub(crate) fn write_requests(requests: &[DeliveryRequest]) -> SpiResult<Vec<bool
     })
 }
 
-/// Lock what writing `request` down changes, without waiting: the
-/// subscription's row (against a drop, which the insert's foreign key
-/// check would wait for) and the segments overlapping each range. The
-/// segments of the first range, or None when another transaction holds
-/// any of it (the poller's own, say, after it acked or nacked some of those
-/// events). The worker writes every poller's deliveries, and one
-/// transaction that keeps its locks must not hold the others up.
-fn lock_records(client: &mut SpiClient<'_>, request: &DeliveryRequest) -> SpiResult<Option<Vec<Segment>>> {
-    let rows = client.update_kept(
-        "SELECT FROM streams.subscription_state s WHERE s.id = $1 FOR KEY SHARE SKIP LOCKED",
-        None,
-        &[request.subscription.into()],
-    )?;
-    if rows.is_empty() {
-        return Ok(None); // being dropped (or gone)
-    }
-    let mut first = None;
+/// Lock the segments overlapping each range of `request`, without waiting:
+/// each range's segments, or None when another transaction holds any of
+/// them (see [`overlapping_locked`]). (The insert's foreign key check
+/// cannot wait either: a drop waits for the subscription's deliveries on
+/// their way first.)
+fn lock_records(client: &mut SpiClient<'_>, request: &DeliveryRequest) -> SpiResult<Option<Vec<Vec<Segment>>>> {
+    let mut locked = Vec::with_capacity(request.ranges.len());
     for &(after, through) in &request.ranges {
         let Some(segments) = overlapping_locked(client, request.subscription, after, through)? else {
             return Ok(None);
         };
-        first.get_or_insert(segments);
+        locked.push(segments);
     }
-    Ok(Some(first.unwrap_or_default()))
+    Ok(Some(locked))
 }
 
 /// One more delivery of the events in `(after, through]`, whose segments
@@ -359,6 +348,10 @@ fn add_delivery(
     }
     if cursor < through {
         pieces.push(fresh(cursor, through, 1));
+    }
+    if old.is_empty() {
+        // Nothing to replace (the usual case: the last delivery was settled).
+        return insert(client, subscription, &merge(pieces));
     }
     replace(client, subscription, after, through, &merge(pieces))
 }
@@ -556,6 +549,11 @@ fn replace(
         None,
         &args,
     )?;
+    insert(client, subscription, pieces)
+}
+
+/// Insert `pieces` as segments of the subscription.
+fn insert(client: &mut SpiClient<'_>, subscription: i32, pieces: &[Segment]) -> SpiResult<()> {
     if pieces.is_empty() {
         return Ok(());
     }

@@ -173,6 +173,10 @@ fn _drop_subscription(name: Option<&str>) -> bool {
     check_member(&subscription);
     refuse_webhook(&subscription);
     claims::lock_exclusively(subscription.id);
+    // A delivery of a poll that ended while it waited may still be on its
+    // way: the worker's insert would wait for this transaction's delete (a
+    // foreign key check), holding up every poller meanwhile.
+    attempts::await_earlier_deliveries(subscription.id, &[(i64::MIN, i64::MAX)]);
     as_owner(|client| {
         client.update_kept("DELETE FROM streams.subscription_state WHERE id = $1", None, &[subscription.id.into()])?;
         Ok(())
