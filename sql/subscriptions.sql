@@ -79,7 +79,10 @@ CREATE TABLE streams.subscription_deliveries (
     -- Delivered under a lease (poll(lease => ...)): claimed until leased_until.
     lease              bigint,
     leased_until       timestamptz,
-    PRIMARY KEY (subscription, low)
+    -- By the end: a delivery's segments are found from its first position up
+    -- (high > after), past none of the settled ones below it, which stay in
+    -- the index until VACUUM.
+    PRIMARY KEY (subscription, high)
 );
 
 -- Subscriptions ordered per key: the last processed event of each key

@@ -489,7 +489,7 @@ pub(super) fn overlapping(
     let args: [DatumWithOid; 3] = [subscription.into(), after.into(), through.into()];
     let query = format!(
         "SELECT {SEGMENT_COLUMNS} FROM streams.subscription_deliveries d
-         WHERE d.subscription = $1 AND d.low < $3 AND d.high > $2
+         WHERE d.subscription = $1 AND d.high > $2 AND d.low < $3
          ORDER BY d.low"
     );
     with_latest_snapshot(|| client.select_kept(&query, None, &args)?.map(|row| segment_from(&row, 1)).collect())
@@ -512,10 +512,10 @@ fn overlapping_locked(
     let query = format!(
         "SELECT v.visible, l.* FROM
              (SELECT pg_catalog.count(*) AS visible FROM streams.subscription_deliveries d
-              WHERE d.subscription = $1 AND d.low < $3 AND d.high > $2) v
+              WHERE d.subscription = $1 AND d.high > $2 AND d.low < $3) v
          LEFT JOIN LATERAL
              (SELECT {SEGMENT_COLUMNS} FROM streams.subscription_deliveries d
-              WHERE d.subscription = $1 AND d.low < $3 AND d.high > $2
+              WHERE d.subscription = $1 AND d.high > $2 AND d.low < $3
               ORDER BY d.low FOR UPDATE SKIP LOCKED) l ON true"
     );
     let mut visible = 0;
@@ -545,7 +545,7 @@ fn replace(
 ) -> SpiResult<()> {
     let args: [DatumWithOid; 3] = [subscription.into(), after.into(), through.into()];
     client.update_kept(
-        "DELETE FROM streams.subscription_deliveries d WHERE d.subscription = $1 AND d.low < $3 AND d.high > $2",
+        "DELETE FROM streams.subscription_deliveries d WHERE d.subscription = $1 AND d.high > $2 AND d.low < $3",
         None,
         &args,
     )?;

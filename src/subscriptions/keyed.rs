@@ -382,7 +382,7 @@ pub(super) fn ack(client: &mut SpiClient<'_>, sub: &Subscription, through: i64, 
         "WITH settled AS (
              DELETE FROM streams.subscription_deliveries d
              USING ROWS FROM (pg_catalog.unnest($2::bigint[]), pg_catalog.unnest($3::bigint[])) AS r(low, high)
-             WHERE d.subscription = $1 AND d.low >= r.low AND d.high <= r.high
+             WHERE d.subscription = $1 AND d.high > r.low AND d.high <= r.high AND d.low >= r.low
          )
          DELETE FROM streams.subscription_failures f
          WHERE f.subscription = $1 AND f.parked_at IS NULL AND f.position = ANY ($4::bigint[])",
