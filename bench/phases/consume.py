@@ -28,6 +28,10 @@ results.json's "consume" entry.
   6e. the cost of attempt tracking: in 6a's subscription runs, the time the
       consumer's polls waited for their deliveries to be written down
       (streams._delivery_waits() of its backend, before and after).
+  6f. what the client gap to PgQ is made of: beside 6e's wait, the cost of
+      sending `data` as jsonb rather than text (PgQ's ev_data), the same
+      1,000 events selected from two plain tables that differ only in that
+      column's type, fetched by the same client, interleaved.
 """
 
 import json
@@ -328,6 +332,7 @@ def run(b):
     methods = [m for m in METHODS if m[0] != "pgq" or res["pgq_skipped"] is None]
     res["labels"] = {k: label for k, label in METHODS}
     res["throughput"] = _throughput(b, cfg, methods)
+    res["output"] = _output_cost(cfg)
     res["compete"] = _compete(b, cfg)
     res["wake"] = _wake(b, cfg)
     res["keyed"] = _keyed(b, cfg)
@@ -570,6 +575,35 @@ def _throughput(b, cfg, methods):
             for con in consumers.values():
                 con.c.close()
     return out
+
+
+def _output_cost(cfg):
+    """6f: µs per event to select 1,000 of 6a's events with data as jsonb, and
+    the same rows with data as text (medians of interleaved rounds)."""
+    batch, rounds = cfg["consume_batch"], 2 * cfg["consume_reps"] + 1
+    H.say(f"6f. the same {batch:,} events fetched from two tables, data jsonb vs text; {rounds} rounds of 100")
+    with H.connect(H.DB) as c:
+        from psycopg.types.string import TextLoader
+        c.adapters.register_loader("jsonb", TextLoader)  # as _Consumer does
+        first = _span(c, STREAM)[0]
+        c.execute("DROP TABLE IF EXISTS bench_out_jsonb, bench_out_text")
+        c.execute("CREATE TABLE bench_out_jsonb AS SELECT * FROM streams.replay(%s, after => %s, max_events => %s)",
+                  (STREAM, first, batch))
+        c.execute("CREATE TABLE bench_out_text AS SELECT position, stream, time, tx, data::text AS data, type, key, "
+                  "headers FROM bench_out_jsonb")
+        c.execute("VACUUM (ANALYZE) bench_out_jsonb, bench_out_text")
+        cur, out = c.cursor(), {"jsonb": [], "text": []}
+        for _ in range(rounds):
+            for kind in ("jsonb", "text"):
+                t = time.perf_counter()
+                for _ in range(100):
+                    cur.execute(f"SELECT * FROM bench_out_{kind}", prepare=True)
+                    cur.fetchall()
+                out[kind].append((time.perf_counter() - t) * 1e6 / (100 * batch))
+        c.execute("DROP TABLE bench_out_jsonb, bench_out_text")
+    res = {k: H.med(v) for k, v in out.items()}
+    H.info(f"data as jsonb {res['jsonb']:.3f} µs per event, as text {res['text']:.3f}")
+    return res
 
 
 def _compete(b, cfg):
@@ -900,6 +934,12 @@ def notes(res, short):
             + f"; the server spent {cpu(tc['subscription'])} of CPU per event against "
             + " and ".join(cpu(tc[k]) for k in behind) + ". Without a client (the loops as procedures) the "
             "ratio is " + " and ".join(f"{_eps(ts['subscription']) / _eps(ts[k]):.2f}x" for k in behind) + ".")
+        g = _gap(con)
+        if g is not None and "consume_vs_pgq" in short:
+            out.append(
+                f"**consume vs PgQ:** of the client gap of {g['gap']:.2f} µs per event, the poll's wait for the "
+                f"flushed delivery (attempts that survive a crash) is {g['wait']:.2f} µs and sending data as jsonb "
+                f"rather than text {g['jsonb']:.2f} µs; the rest is {g['rest']:+.2f} µs. See section 6.")
     if "compete_exactly_once" in short:
         out.append(_faults_note("competing consumers", "an unordered subscription", con["compete"]))
     kd = con.get("keyed")
@@ -946,6 +986,7 @@ def section(res, w):
     _section_wake(res, con, w)
     _section_keyed(con, w)
     _section_attempts(con, w)
+    _section_gap(con, w)
 
 
 def _section_throughput(con, w):
@@ -1143,6 +1184,44 @@ def _section_keyed(con, w):
     if ratios:
         w(f"Scaling, {', '.join(ratios)} on {kd['nproc']} CPUs.")
         w("")
+
+
+def _gap(con):
+    """6f: the client figures per event (µs): subscription, PgQ, the gap, the
+    poll's wait for the flushed delivery, jsonb output, and what is left."""
+    tp, out = con["throughput"]["client"], con.get("output")
+    at = _waits(tp.get("subscription"))
+    if not tp.get("pgq") or not out or not at:
+        return None
+    sub, pgq = 1e6 / _eps(tp["subscription"]), 1e6 / _eps(tp["pgq"])
+    jsonb = out["jsonb"] - out["text"]
+    return dict(sub=sub, pgq=pgq, gap=sub - pgq, wait=at["waited_us"], jsonb=jsonb,
+                rest=sub - pgq - at["waited_us"] - jsonb)
+
+
+def _section_gap(con, w):
+    g = _gap(con)
+    if g is None:
+        return
+    out = con["output"]
+    w("**What the client gap to PgQ is made of.** Two costs that PostgreSQL itself charges the ordered subscription "
+      "and not PgQ's consumer: the poll's wait for the worker's flushed commit of the delivery (6e: the "
+      "attempts must survive a crash, so no event is handed out before that WAL flush; PgQ counts no attempts), "
+      "and sending `data` as `jsonb`, the log's type, where PgQ's `ev_data` is text (`jsonb_out` on the "
+      "server: the same 1,000 events selected by the same client from two tables that differ only in that "
+      f"column's type, {out['jsonb']:.3f} µs vs {out['text']:.3f} µs per event, medians of interleaved rounds). "
+      "What is left is the subscription's own work against PgQ's (negative: less).")
+    w("")
+    w("| per event, client (medians) | µs |")
+    w("| --- | --- |")
+    for label, key in (("ordered subscription", "sub"), ("PgQ's batch consumer", "pgq"), ("gap", "gap"),
+                       ("of it: the poll's wait for the flushed delivery", "wait"),
+                       ("of it: data sent as jsonb rather than text", "jsonb"), ("the rest", "rest")):
+        w(f"| {label} | {g[key]:+.2f} |" if key in ("gap", "rest") else f"| {label} | {g[key]:.2f} |")
+    w("")
+    w("`target/bench-venv/bin/python bench/consume-gap.py` measures the same on the dev cluster in half a minute, "
+      "with each step of each method's loop.")
+    w("")
 
 
 def _section_attempts(con, w):
