@@ -48,7 +48,7 @@ VACUUM (ANALYZE);
 SQL
 worker="$(cluster_psql -X -At -c "SELECT pid FROM pg_stat_activity WHERE datname = '$db' AND backend_type = 'litebase_streams worker'")"
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-for i in 1 2 3; do
+for i in $(seq 1 "${ROUNDS:-3}"); do
     PGDATABASE=$db cluster_psql -X -q -c \
         "SELECT streams.create_subscription('k$i', 'bench.keyed', after => 0, key => 'order_id')" >/dev/null
     before="$(ticks "$worker")"

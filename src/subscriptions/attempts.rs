@@ -264,29 +264,31 @@ fn await_delivery() {
 /// would wait for, which the worker does not wait for (see
 /// [`lock_records`]).
 pub(crate) fn write_requests(requests: &[DeliveryRequest]) -> SpiResult<Vec<bool>> {
-    Spi::connect_mut(|client| {
-        let mut written = Vec::with_capacity(requests.len());
-        for request in requests {
-            // Locked first, every range's: a request is written whole or not
-            // at all.
-            let Some(locked) = lock_records(client, request)? else {
-                written.push(false);
-                continue;
-            };
-            for (&(after, through), segments) in request.ranges.iter().zip(locked) {
-                // A segment that begins below the range may span a range
-                // before it too (a poll ordered per key skips the positions
-                // of held keys), which rewrote it: read again.
-                let segments = if segments.iter().any(|s| s.low < after) {
-                    overlapping(client, request.subscription, after, through)?
-                } else {
-                    segments
+    crate::log::kept_plan::with_index_plans(|| {
+        Spi::connect_mut(|client| {
+            let mut written = Vec::with_capacity(requests.len());
+            for request in requests {
+                // Locked first, every range's: a request is written whole or not
+                // at all.
+                let Some(locked) = lock_records(client, request)? else {
+                    written.push(false);
+                    continue;
                 };
-                add_delivery(client, request, after, through, segments)?;
+                for (&(after, through), segments) in request.ranges.iter().zip(locked) {
+                    // A segment that begins below the range may span a range
+                    // before it too (a poll ordered per key skips the positions
+                    // of held keys), which rewrote it: read again.
+                    let segments = if segments.iter().any(|s| s.low < after) {
+                        overlapping(client, request.subscription, after, through)?
+                    } else {
+                        segments
+                    };
+                    add_delivery(client, request, after, through, segments)?;
+                }
+                written.push(true);
             }
-            written.push(true);
-        }
-        Ok(written)
+            Ok(written)
+        })
     })
 }
 

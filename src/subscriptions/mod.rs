@@ -659,10 +659,11 @@ fn check_subscription_name(name: &str) -> Result<(), StreamsError> {
 /// Run SPI statements as the extension's owner (the tables' owner), under
 /// `search_path = pg_catalog, pg_temp` whatever the caller's function was
 /// declared with: as the owner, a type or function the caller planted in
-/// its temporary schema must never be found.
+/// its temporary schema must never be found. Planned with index scans
+/// (see with_index_plans).
 pub(crate) fn as_owner<R>(body: impl FnOnce(&mut SpiClient<'_>) -> SpiResult<R>) -> R {
     let owner = publish::log_owner(publish::position_sequence());
-    crate::log::kept_plan::with_pinned_search_path(|| privileges::as_owner(owner, || Spi::connect_mut(body)))
+    crate::log::kept_plan::with_index_plans(|| privileges::as_owner(owner, || Spi::connect_mut(body)))
         .context("a subscription statement")
 }
 
