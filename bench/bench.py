@@ -143,6 +143,11 @@ def run_only(b, ph, work_dir, out_dir, quick):
     if res is not None:
         for k in set(b.res) - before:
             res[k] = b.res[k]
+        # The report says which sections come from this later run.
+        name = ph.__name__.rsplit(".", 1)[-1]
+        res.setdefault("remeasured", {})[name] = dict(
+            at=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), git=b.res["machine"]["git"],
+            load=b.res["machine"]["load_at_start"])
         res["config"].update({k: b.cfg[k] for k in getattr(ph, "FULL", {})})
         if hasattr(ph, "finish"):  # growth keeps its figures in docs/bench-growth.json
             ph.finish(res, out_dir, quick)
