@@ -103,11 +103,19 @@ END $$""")
 
 
 class Steps:
+    """Seconds spent in each step of a consumer's loop, summed over its batches."""
+    NAMES = ("begin", "read", "decode", "settle", "commit")
+
     def __init__(self):
         self.s = {}
 
     def add(self, step, seconds):
         self.s[step] = self.s.get(step, 0.0) + seconds
+
+    def lap(self, *clocks):
+        """One batch: the clock before each step and after the last."""
+        for step, start, end in zip(self.NAMES, clocks, clocks[1:]):
+            self.add(step, end - start)
 
 
 def clock():
@@ -136,9 +144,7 @@ def run_subscription(c, r, n, steps):
         t4 = clock()
         cur.execute("COMMIT")
         t5 = clock()
-        for step, s in (("begin", t1 - t0), ("read", t2 - t1), ("decode", t3 - t2), ("settle", t4 - t3),
-                        ("commit", t5 - t4)):
-            steps.add(step, s)
+        steps.lap(t0, t1, t2, t3, t4, t5)
         got += len(rows)
     w1 = c.execute("SELECT waited_us FROM streams._delivery_waits()").fetchone()[0]
     steps.add("flush wait (in read)", (w1 - w0) / 1e6)
@@ -167,9 +173,7 @@ def run_pgq(c, r, n, steps):
         t4 = clock()
         cur.execute("COMMIT")
         t5 = clock()
-        for step, s in (("begin", t1 - t0), ("read", t2 - t1), ("decode", t3 - t2), ("settle", t4 - t3),
-                        ("commit", t5 - t4)):
-            steps.add(step, s)
+        steps.lap(t0, t1, t2, t3, t4, t5)
         got += len(rows)
     return got
 
@@ -197,9 +201,7 @@ def run_replay(c, r, n, steps):
         t4 = clock()
         cur.execute("COMMIT")
         t5 = clock()
-        for step, s in (("begin", t1 - t0), ("read", t2 - t1), ("decode", t3 - t2), ("settle", t4 - t3),
-                        ("commit", t5 - t4)):
-            steps.add(step, s)
+        steps.lap(t0, t1, t2, t3, t4, t5)
         got += len(rows)
     return got
 

@@ -91,28 +91,14 @@ impl<const N: usize> KeptPlan<N> {
     }
 }
 
+/// The search_path every statement of the extension runs under.
+const PINNED_SEARCH_PATH: (&CStr, &CStr) = (c"search_path", c"pg_catalog, pg_temp");
+
 /// Run `body` with `search_path = pg_catalog, pg_temp`, restoring the
 /// caller's setting afterwards (when `body` raises, the transaction or
 /// subtransaction abort unwinds the GUC nest level instead).
 pub fn with_pinned_search_path<R>(body: impl FnOnce() -> R) -> R {
-    // SAFETY: the calls fmgr_security_definer makes for a function's SET
-    // clause; an ERROR in between is cleaned up by AtEOXact_GUC at abort.
-    unsafe {
-        let nest = pg_sys::NewGUCNestLevel();
-        pg_sys::set_config_option(
-            c"search_path".as_ptr(),
-            c"pg_catalog, pg_temp".as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
-        let result = body();
-        pg_sys::AtEOXact_GUC(true, nest);
-        result
-    }
+    with_settings(&[PINNED_SEARCH_PATH], body)
 }
 
 /// As [`with_pinned_search_path`], and with `enable_seqscan = off`: for
@@ -122,10 +108,18 @@ pub fn with_pinned_search_path<R>(body: impl FnOnce() -> R) -> R {
 /// backend's plan cache and scanned every dead row on every call; with the
 /// setting, the plans use the indexes the statements are written for.
 pub fn with_index_plans<R>(body: impl FnOnce() -> R) -> R {
-    // SAFETY: as in with_pinned_search_path.
+    with_settings(&[PINNED_SEARCH_PATH, (c"enable_seqscan", c"off")], body)
+}
+
+/// Run `body` with `settings` (name, value), restoring the caller's values
+/// afterwards (when `body` raises, the transaction or subtransaction abort
+/// unwinds the GUC nest level instead).
+fn with_settings<R>(settings: &[(&CStr, &CStr)], body: impl FnOnce() -> R) -> R {
+    // SAFETY: the calls fmgr_security_definer makes for a function's SET
+    // clause; an ERROR in between is cleaned up by AtEOXact_GUC at abort.
     unsafe {
         let nest = pg_sys::NewGUCNestLevel();
-        for (name, value) in [(c"search_path", c"pg_catalog, pg_temp"), (c"enable_seqscan", c"off")] {
+        for (name, value) in settings {
             pg_sys::set_config_option(
                 name.as_ptr(),
                 value.as_ptr(),
