@@ -274,11 +274,12 @@ pub(crate) fn write_requests(requests: &[DeliveryRequest]) -> SpiResult<Vec<bool
                     written.push(false);
                     continue;
                 };
-                for (&(after, through), segments) in request.ranges.iter().zip(locked) {
-                    // A segment that begins below the range may span a range
-                    // before it too (a poll ordered per key skips the positions
-                    // of held keys), which rewrote it: read again.
-                    let segments = if segments.iter().any(|s| s.low < after) {
+                for (i, (&(after, through), segments)) in request.ranges.iter().zip(locked).enumerate() {
+                    // A segment that begins below a later range may span a
+                    // range before it too (a poll ordered per key skips the
+                    // positions of held keys), which rewrote it: read again.
+                    // The first range's are as locked.
+                    let segments = if i > 0 && segments.iter().any(|s| s.low < after) {
                         overlapping(client, request.subscription, after, through)?
                     } else {
                         segments
@@ -461,11 +462,15 @@ fn merge(pieces: Vec<Segment>) -> Vec<Segment> {
     merged
 }
 
-/// The columns of a segment, in [`segment_from`]'s order.
-const SEGMENT_COLUMNS: &str = "d.low, d.high, d.attempts, d.delivered_to, d.delivered_to_start, d.delivered_at,
-                               d.lease, d.leased_until";
+/// The columns of a segment, in [`segment_from`]'s order (a macro, so that
+/// the statements that read them are constants, built once at compile time).
+macro_rules! segment_columns {
+    () => {
+        "d.low, d.high, d.attempts, d.delivered_to, d.delivered_to_start, d.delivered_at, d.lease, d.leased_until"
+    };
+}
 
-/// A segment from [`SEGMENT_COLUMNS`], starting at column `first`.
+/// A segment from `segment_columns!()`, starting at column `first`.
 fn segment_from(row: &pgrx::spi::SpiHeapTupleData, first: usize) -> SpiResult<Segment> {
     Ok(Segment {
         low: row.get::<i64>(first)?.unwrap_or(0),
@@ -489,12 +494,14 @@ pub(super) fn overlapping(
     through: i64,
 ) -> SpiResult<Vec<Segment>> {
     let args: [DatumWithOid; 3] = [subscription.into(), after.into(), through.into()];
-    let query = format!(
-        "SELECT {SEGMENT_COLUMNS} FROM streams.subscription_deliveries d
+    const QUERY: &str = concat!(
+        "SELECT ",
+        segment_columns!(),
+        " FROM streams.subscription_deliveries d
          WHERE d.subscription = $1 AND d.high > $2 AND d.low < $3
          ORDER BY d.low"
     );
-    with_latest_snapshot(|| client.select_kept(&query, None, &args)?.map(|row| segment_from(&row, 1)).collect())
+    with_latest_snapshot(|| client.select_kept(QUERY, None, &args)?.map(|row| segment_from(&row, 1)).collect())
 }
 
 /// As [`overlapping`], for the worker: the segments locked for its update,
@@ -511,19 +518,21 @@ fn overlapping_locked(
     let args: [DatumWithOid; 3] = [subscription.into(), after.into(), through.into()];
     // One row per segment locked (or one of NULLs), each with how many
     // segments there are: fewer locked than there are means one was skipped.
-    let query = format!(
+    const QUERY: &str = concat!(
         "SELECT v.visible, l.* FROM
              (SELECT pg_catalog.count(*) AS visible FROM streams.subscription_deliveries d
               WHERE d.subscription = $1 AND d.high > $2 AND d.low < $3) v
          LEFT JOIN LATERAL
-             (SELECT {SEGMENT_COLUMNS} FROM streams.subscription_deliveries d
+             (SELECT ",
+        segment_columns!(),
+        " FROM streams.subscription_deliveries d
               WHERE d.subscription = $1 AND d.high > $2 AND d.low < $3
               ORDER BY d.low FOR UPDATE SKIP LOCKED) l ON true"
     );
     let mut visible = 0;
     let mut locked = Vec::new();
     // update_kept: a locking read is not read-only.
-    for row in client.update_kept(&query, None, &args)? {
+    for row in client.update_kept(QUERY, None, &args)? {
         visible = row.get::<i64>(1)?.unwrap_or(0);
         if row.get::<i64>(2)?.is_some() {
             locked.push(segment_from(&row, 2)?);
